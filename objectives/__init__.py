@@ -1,0 +1,113 @@
+"""Pre-training schemes: each one corruption plus one loss, inside jit.
+
+A scheme lives in `objectives/<name>.py` and registers a factory with
+`@register("<name>")`. `build(name, model, size, specials, **options)`
+returns an `Objective`:
+
+    obj = objectives.build("mlm", model="bert", size="tiny",
+                           specials=tokenizer.specials())
+    params = obj.init(rng, batch)                 # boxed, logical axes
+    loss, metrics = obj.loss(params, batch, rng, deterministic=False)
+
+`batch` follows the pretraining batch contract of DESIGN.md (int32
+`[B, L]` arrays `tokens`, `doc_ids`, `sentence_ids`, `word_ids`,
+`phrase_ids`). `metrics` holds sums (`loss_sum`, `weight_sum`,
+`correct_sum`, ...) that aggregate across microbatches and devices; `loss`
+is the scalar the optimizer differentiates (a mean). Everything random
+comes from `rng` inside jit, with static shapes.
+"""
+
+import dataclasses
+import importlib
+import pkgutil
+from typing import Any, Callable
+
+_REGISTRY: dict[str, Callable[..., "Objective"]] = {}
+_LOADED = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Specials:
+  """Ids of the special tokens every scheme may need.
+
+  T5 layout: sentinel i is `sentinel0 - i` (the top of the vocabulary down).
+  """
+  vocab_size: int
+  pad: int = 0
+  eos: int = 1
+  unk: int = 2
+  mask: int = 3
+  cls: int = 4
+  sep: int = 5
+  bos: int = 6
+  sentinel0: int = -1  # -1: vocab_size - 1
+  num_sentinels: int = 100
+
+  def sentinel(self, i):
+    """Id of sentinel i (int or int array)."""
+    top = self.vocab_size - 1 if self.sentinel0 < 0 else self.sentinel0
+    return top - i
+
+  @property
+  def first_regular(self) -> int:
+    """Smallest id that is an ordinary piece (for random replacement)."""
+    return max(self.pad, self.eos, self.unk, self.mask, self.cls, self.sep,
+               self.bos) + 1
+
+  @property
+  def last_regular(self) -> int:
+    """Largest id that is an ordinary piece (below the sentinels)."""
+    return self.sentinel(self.num_sentinels - 1) - 1
+
+
+class Objective:
+  """A bound scheme: models, corruption and loss. Subclasses set these."""
+  name: str = ""
+  interface: str = ""  # "encoder" | "decoder" | "encdec" | "pair" | "lstm"
+
+  def init(self, rng, batch: dict[str, Any]):
+    """Params (logically boxed) for a batch of the contract's shapes."""
+    raise NotImplementedError
+
+  def loss(self, params, batch, rng, deterministic: bool = False):
+    """`(loss, metrics)`: scalar mean loss and a dict of sums."""
+    raise NotImplementedError
+
+  def backbone(self, params):
+    """`(family, config, params)` of the network fine-tuning starts from."""
+    raise NotImplementedError
+
+
+def register(name: str):
+  """Decorator registering a factory `f(model, size, specials, **options)`."""
+  def wrap(factory):
+    if name in _REGISTRY:
+      raise ValueError(f"objective {name!r} registered twice")
+    _REGISTRY[name] = factory
+    return factory
+  return wrap
+
+
+def _load_all():
+  global _LOADED
+  if _LOADED:
+    return
+  for info in pkgutil.iter_modules(__path__):
+    if not info.name.startswith("_") and info.name not in ("noise", "common"):
+      importlib.import_module(f"{__name__}.{info.name}")
+  _LOADED = True
+
+
+def names() -> list[str]:
+  """Sorted names of the registered schemes."""
+  _load_all()
+  return sorted(_REGISTRY)
+
+
+def build(name: str, model: str, size: str, specials: Specials,
+          **options) -> Objective:
+  """Binds scheme `name` to a model family and size."""
+  _load_all()
+  if name not in _REGISTRY:
+    raise ValueError(f"unknown objective {name!r}; registered: {names()}")
+  return _REGISTRY[name](model=model, size=size, specials=specials, **options)

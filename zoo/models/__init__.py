@@ -1,0 +1,81 @@
+"""Model families of the zoo: what a model is, with nothing of the runtime.
+
+Every family lives in one file, `zoo/models/<family>.py`, with the same face:
+
+- `Config`: a frozen dataclass; one comment per field. Every config has
+  `vocab_size`, `dtype` (compute dtype name, params stay float32) and
+  `pad_id`.
+- `SIZES`: `{"tiny": {...}, "small": {...}, "base": {...}, "large": {...}}`,
+  keyword overrides of `Config` (only the sizes the papers define).
+- `Model`: a linen Module with one field, `config`, whose `__call__` returns
+  a dict of named outputs (`hidden`, `layers`, `logits`, ...). Params carry
+  logical axis names (`vocab`, `embed`, `heads`, `kv`, `mlp`, `layers`, ...)
+  through `nn.with_logical_partitioning`.
+- `INTERFACE`: one of `"encoder"`, `"decoder"`, `"encdec"`, `"lstm"`.
+
+`get(family)` returns that module; `make(family, size, **overrides)` returns
+`(config, module_instance)`.
+"""
+
+import dataclasses
+import importlib
+from types import ModuleType
+
+# Family name -> module path. Aliases share a file (RoBERTa is BERT's file).
+FAMILIES = {
+    "bert": "zoo.models.bert",
+    "roberta": "zoo.models.bert",
+    "gpt2": "zoo.models.gpt2",
+    "t5": "zoo.models.t5",
+    "bart": "zoo.models.bart",
+    "albert": "zoo.models.albert",
+    "electra": "zoo.models.electra",
+    "distilbert": "zoo.models.distilbert",
+    "unilm": "zoo.models.unilm",
+    "elmo": "zoo.models.elmo",
+}
+
+
+def families() -> list[str]:
+  """Names of the model families whose files are present."""
+  out = []
+  for name in FAMILIES:
+    try:
+      get(name)
+    except ModuleNotFoundError:
+      continue
+    out.append(name)
+  return out
+
+
+def get(family: str) -> ModuleType:
+  """The module of a family (`Config`, `SIZES`, `Model`, `INTERFACE`)."""
+  if family not in FAMILIES:
+    raise ValueError(
+        f"unknown model family {family!r}; known: {sorted(FAMILIES)}")
+  return importlib.import_module(FAMILIES[family])
+
+
+def make_config(family: str, size: str = "tiny", **overrides):
+  """The `Config` of `family` at a named size, with field overrides."""
+  mod = get(family)
+  sizes = getattr(mod, "SIZES", {})
+  if size not in sizes:
+    raise ValueError(
+        f"family {family!r} has no size {size!r}; sizes: {sorted(sizes)}")
+  fields = {f.name for f in dataclasses.fields(mod.Config)}
+  unknown = sorted(set(overrides) - fields)
+  if unknown:
+    raise ValueError(
+        f"unknown {family} config fields {unknown}; fields: {sorted(fields)}")
+  kwargs = dict(sizes[size])
+  family_defaults = getattr(mod, "FAMILY_DEFAULTS", {}).get(family, {})
+  kwargs.update(family_defaults)
+  kwargs.update(overrides)
+  return mod.Config(**kwargs)
+
+
+def make(family: str, size: str = "tiny", **overrides):
+  """`(config, model)` for a family at a named size."""
+  config = make_config(family, size, **overrides)
+  return config, get(family).Model(config)
