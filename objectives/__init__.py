@@ -23,6 +23,8 @@ import pkgutil
 from typing import Any, Callable
 
 _REGISTRY: dict[str, Callable[..., "Objective"]] = {}
+# Modules of shared pieces, not schemes: never imported by `names()`.
+_HELPERS = ("noise", "transforms", "segments", "common", "testing")
 _LOADED = False
 
 
@@ -93,7 +95,7 @@ def _load_all():
   if _LOADED:
     return
   for info in pkgutil.iter_modules(__path__):
-    if not info.name.startswith("_") and info.name not in ("noise", "common"):
+    if not info.name.startswith("_") and info.name not in _HELPERS:
       importlib.import_module(f"{__name__}.{info.name}")
   _LOADED = True
 

@@ -1,0 +1,93 @@
+"""The keys every training config has, with their defaults.
+
+A config file builds on `base_config()` and overrides what its scheme
+needs; `get_config("tiny")` variants run on a laptop CPU in seconds.
+"""
+
+import ml_collections
+
+from data import config as data_config
+from zoo.sharding import DEFAULT_RULES
+
+
+def base_config() -> ml_collections.ConfigDict:
+  """A ConfigDict with every top-level key the trainer reads."""
+  c = ml_collections.ConfigDict()
+  c.model = "bert"              # model family (zoo.models.FAMILIES)
+  c.size = "tiny"               # named size of the family's SIZES table
+  c.objective = "mlm"           # pre-training scheme (objectives.names())
+  c.objective_args = ml_collections.ConfigDict()  # scheme options (rates...)
+  c.model_args = ml_collections.ConfigDict()  # model Config overrides (dtype)
+
+  # The data block (data/config.py documents each field): source "sample",
+  # "c4", "tfds" or "synthetic"; the tokenizer and its vocab_size.
+  c.data = data_config.default_config()
+
+  c.steps = 1000                # optimizer updates in the run
+  c.batch_size = 32             # global rows per update, over all processes
+  c.seq_len = 128               # tokens per packed row
+  c.seed = 0                    # params, dropout and corruption rngs
+  c.microbatches = 1            # gradient accumulation: batch_size/k per pass
+
+  c.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
+  c.rules = DEFAULT_RULES       # (logical axis, mesh axes or None) pairs
+
+  c.optimizer = ml_collections.ConfigDict()
+  c.optimizer.name = "adamw"    # the only one: AdamW, decoupled decay
+  c.optimizer.lr = 1e-3         # peak learning rate, after warmup
+  c.optimizer.warmup_steps = 100  # linear warmup from 0
+  c.optimizer.decay = "linear"  # "linear", "cosine" or "constant"
+  c.optimizer.decay_steps = -1  # end of the decay; -1: `steps`
+  c.optimizer.end_lr_ratio = 0.0  # final lr as a fraction of lr
+  c.optimizer.b1 = 0.9          # Adam first-moment decay
+  c.optimizer.b2 = 0.999        # Adam second-moment decay
+  c.optimizer.eps = 1e-6        # Adam denominator epsilon
+  c.optimizer.weight_decay = 0.01  # on matrices only
+  c.optimizer.clip_norm = 1.0   # global gradient norm clip; 0: none
+
+  c.checkpoint_every = 500      # steps between async checkpoints
+  c.keep_checkpoints = 3        # how many recent checkpoints stay on disk
+  c.log_every = 50              # steps between metrics.jsonl lines
+  c.eval_every = 500            # steps between validation passes; 0: end only
+  c.eval_steps = 10             # validation batches per pass; 0: no eval
+  c.skip_nonfinite = False      # skip non-finite updates instead of stopping
+  return c
+
+
+def parse_arg(arg: str | None) -> dict[str, str]:
+  """`"tiny"` or `"size=base,steps=10"` -> a dict; a bare word is `size`."""
+  out = {}
+  for part in filter(None, (arg or "").split(",")):
+    key, sep, value = part.partition("=")
+    out[key.strip() if sep else "size"] = (value if sep else key).strip()
+  return out
+
+
+def tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Shrinks a config to a seconds-long local run."""
+  c.size = "tiny"
+  c.steps = 20
+  c.batch_size = 8
+  c.seq_len = 64
+  c.optimizer.warmup_steps = 5
+  c.checkpoint_every = 10
+  c.log_every = 5
+  c.eval_every = 10
+  c.eval_steps = 2
+  return c
+
+
+def finish(c: ml_collections.ConfigDict, arg: str | None
+           ) -> ml_collections.ConfigDict:
+  """Applies an argument string: `tiny` or `size=...`, then `key=value`s."""
+  args = parse_arg(arg)
+  size = args.pop("size", None)
+  if size == "tiny":
+    tiny(c)
+  elif size:
+    c.size = size
+  for key, value in args.items():
+    if key not in c:
+      raise ValueError(f"config argument {key!r} is not a config key")
+    c[key] = type(c[key])(value)
+  return c

@@ -1,0 +1,213 @@
+"""What every scheme shares: binding a model, token losses, the step skeleton.
+
+A scheme subclasses `Scheme` and fills three hooks:
+
+- `corrupt(batch, rng) -> inputs`: the scheme's noise, a dict of arrays;
+- `run(params, inputs, rng, deterministic) -> outputs`: the model call(s);
+- `score(params, inputs, outputs, rng, deterministic) -> parts`: a dict
+  part name -> sums (`loss_sum`, `weight_sum`, `correct_sum`).
+
+`loss` then returns `(sum_p weight_p * loss_sum_p / weight_sum_p, metrics)`
+where metrics hold the first part's sums under plain names and every
+part's under `<part>_loss_sum`, ... Params are `{"model": ..., <head>: ...}`.
+"""
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+import objectives
+from objectives import noise as noise_lib
+from zoo import models
+
+Array = jax.Array
+_KEYS = ("tokens", "doc_ids", "sentence_ids", "word_ids", "phrase_ids")
+
+
+def take_options(name, options, defaults):
+  """`defaults` updated by `options`; unknown option names are an error."""
+  unknown = sorted(set(options) - set(defaults))
+  if unknown:
+    raise ValueError(f"objective {name!r} has no options {unknown}; "
+                     f"options: {sorted(defaults)}")
+  return dict(defaults, **options)
+
+
+def token_sums(logits, targets, weights):
+  """Cross-entropy sums of token predictions.
+
+  Args:
+    logits: [B, T, V] float.
+    targets: [B, T] int32.
+    weights: [B, T] bool or float, 0 where nothing is predicted.
+
+  Returns:
+    dict of float32 scalars `loss_sum`, `weight_sum`, `correct_sum`.
+  """
+  logits = logits.astype(jnp.float32)
+  true = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+  nll = jax.nn.logsumexp(logits, axis=-1) - true
+  w = weights.astype(jnp.float32)
+  hit = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+  return {"loss_sum": (nll * w).sum(), "weight_sum": w.sum(),
+          "correct_sum": (hit * w).sum()}
+
+
+def binary_sums(scores, labels, weights):
+  """Sigmoid cross-entropy sums; scores [B, T] float, labels [B, T] bool."""
+  scores = scores.astype(jnp.float32)
+  nll = optax_sigmoid_ce(scores, labels.astype(jnp.float32))
+  w = weights.astype(jnp.float32)
+  hit = ((scores > 0) == labels).astype(jnp.float32)
+  return {"loss_sum": (nll * w).sum(), "weight_sum": w.sum(),
+          "correct_sum": (hit * w).sum()}
+
+
+def optax_sigmoid_ce(x, y):
+  """Stable -[y log sigmoid(x) + (1 - y) log sigmoid(-x)], elementwise."""
+  return jnp.maximum(x, 0) - x * y + jnp.log1p(jnp.exp(-jnp.abs(x)))
+
+
+def combine(parts, weights):
+  """`(loss, metrics)` from part sums and per-part loss weights."""
+  loss = 0.0
+  metrics = {}
+  for i, (name, sums) in enumerate(parts.items()):
+    mean = sums["loss_sum"] / jnp.maximum(sums["weight_sum"], 1.0)
+    loss = loss + weights.get(name, 1.0) * mean
+    for k, v in sums.items():
+      metrics[f"{name}_{k}"] = v
+      if i == 0:
+        metrics[k] = v
+  return loss, metrics
+
+
+def next_token_targets(tokens, segment_ids):
+  """Targets and weights for "position t predicts t + 1" within segments.
+
+  Args:
+    tokens, segment_ids: [B, T] int32.
+
+  Returns:
+    ([B, T] int32 targets, [B, T] bool weights).
+  """
+  nxt = jnp.concatenate([tokens[:, 1:], jnp.zeros_like(tokens[:, :1])], 1)
+  seg = jnp.concatenate([segment_ids[:, 1:],
+                         jnp.zeros_like(segment_ids[:, :1])], 1)
+  return nxt, (seg == segment_ids) & (segment_ids > 0)
+
+
+def shift_right(tokens, segment_ids, start_id):
+  """Decoder inputs: targets moved right within each segment.
+
+  Args:
+    tokens, segment_ids: [B, T] int32 targets and their documents.
+    start_id: id entering at each segment's start (T5: pad 0).
+
+  Returns:
+    [B, T] int32.
+  """
+  prev = jnp.concatenate([jnp.zeros_like(tokens[:, :1]), tokens[:, :-1]], 1)
+  first = noise_lib.doc_starts(segment_ids)
+  return jnp.where(segment_ids > 0, jnp.where(first, start_id, prev), 0)
+
+
+def as_batch(batch):
+  """The contract's arrays as int32 jnp arrays (`phrase_ids` optional)."""
+  out = {k: jnp.asarray(batch[k], jnp.int32) for k in _KEYS if k in batch}
+  if "phrase_ids" not in out:
+    out["phrase_ids"] = jnp.zeros_like(out["tokens"])
+  return out
+
+
+def config_fields(family):
+  """Names of a family's Config fields."""
+  return {f.name for f in dataclasses.fields(models.get(family).Config)}
+
+
+class Scheme(objectives.Objective):
+  """A scheme bound to one model: options, model, the step skeleton.
+
+  Subclasses set `name`, `interfaces` (model INTERFACE values accepted),
+  `defaults` (option -> default) and implement the hooks of the module
+  docstring. `model_args` (a dict of Config overrides) is an option of every
+  scheme.
+  """
+  name = ""
+  interfaces: tuple[str, ...] = ()
+  defaults: dict[str, Any] = {}
+  part_weights: dict[str, float] = {}
+  model_overrides: dict[str, Any] = {}  # applied where the family has them
+
+  def __init__(self, model, size, specials, model_args=None, **options):
+    self.family, self.size, self.specials = model, size, specials
+    self.options = take_options(self.name, options, self.defaults)
+    fields = config_fields(model)
+    args = {k: v for k, v in self.model_overrides.items() if k in fields}
+    args.update(model_args or {})
+    self.config, self.model = models.make(
+        model, size, vocab_size=specials.vocab_size, **args)
+    self.interface = self._interface(models.get(model))
+    self.setup()
+
+  def _interface(self, module):
+    face = getattr(module, "interface", None)
+    face = face(self.config) if callable(face) else module.INTERFACE
+    if face not in self.interfaces:
+      raise ValueError(
+          f"objective {self.name!r} needs a model with interface in "
+          f"{self.interfaces}; {self.family!r} is {face!r}")
+    return face
+
+  def setup(self):
+    """Hook: extra state after the model is bound (heads, checks)."""
+
+  def apply(self, params, *args, rng=None, deterministic=True, **kw):
+    """The model's output dict for `params["model"]`."""
+    rngs = {} if rng is None else {"dropout": rng}
+    return self.model.apply({"params": params["model"]}, *args,
+                            deterministic=deterministic, rngs=rngs, **kw)
+
+  def init(self, rng, batch):
+    """Boxed params `{"model": ..., <head>: ...}` for the batch's shapes."""
+    k_model, k_heads, k_noise = jax.random.split(rng, 3)
+    inputs = self.corrupt(as_batch(batch), k_noise)
+    params = {"model": self.init_model(k_model, inputs)}
+    params.update(self.init_heads(k_heads, params, inputs))
+    return params
+
+  def init_model(self, rng, inputs):
+    """Hook: the model's boxed params (default: from `model_inputs`)."""
+    args, kw = self.model_inputs(inputs)
+    return self.model.init({"params": rng, "dropout": rng}, *args,
+                           deterministic=True, **kw)["params"]
+
+  def model_inputs(self, inputs):
+    """Hook: `(args, kwargs)` of the model call used by `init_model`."""
+    raise NotImplementedError
+
+  def init_heads(self, rng, params, inputs):
+    """Hook: boxed params of the scheme's own heads (default none)."""
+    return {}
+
+  def run(self, params, inputs, rng, deterministic):
+    """Hook: the model outputs (default: one call with `model_inputs`)."""
+    args, kw = self.model_inputs(inputs)
+    return self.apply(params, *args, rng=rng, deterministic=deterministic,
+                      **kw)
+
+  def loss(self, params, batch, rng, deterministic=False):
+    """`(loss, metrics)` of one step; see the module docstring."""
+    params = nn.meta.unbox(params)
+    k_noise, k_drop, k_score = jax.random.split(rng, 3)
+    inputs = self.corrupt(as_batch(batch), k_noise)
+    outputs = self.run(params, inputs, k_drop, deterministic)
+    parts = self.score(params, inputs, outputs, k_score, deterministic)
+    return combine(parts, self.part_weights)
+
+  def backbone(self, params):
+    """`(family, config, params)` of the bound model."""
+    return self.family, self.config, nn.meta.unbox(params)["model"]

@@ -1,0 +1,151 @@
+"""Language-model schemes: `clm` (GPT), `prefix_lm` (T5), `bilm` (ELMo).
+
+Packed rows keep their documents apart: the models attend within equal
+`segment_ids` (the batch's `doc_ids`), positions restart at each document,
+and no position predicts across an EOS boundary.
+"""
+
+import jax.numpy as jnp
+
+from objectives import common
+from objectives import noise
+from objectives import register
+from objectives import segments
+from objectives import transforms
+
+
+def doc_inputs(batch):
+  """Model keywords of an uncorrupted packed row: segments and positions."""
+  return {"segment_ids": batch["doc_ids"],
+          "positions": transforms.positions_from_segments(batch["doc_ids"])}
+
+
+class CausalLM(common.Scheme):
+  """Next-token prediction. Encoder families run with a causal mask."""
+  name = "clm"
+  interfaces = ("decoder", "encoder")
+  model_overrides = {"nsp_head": False}
+
+  def corrupt(self, batch, rng):
+    return batch
+
+  def model_inputs(self, inputs):
+    kw = doc_inputs(inputs)
+    if self.interface == "encoder":
+      t = inputs["tokens"].shape[1]
+      kw["mask"] = segments.causal_mask(t)[None]
+    return (inputs["tokens"],), kw
+
+  def score(self, params, inputs, outputs, rng, deterministic):
+    targets, weights = common.next_token_targets(inputs["tokens"],
+                                                 inputs["doc_ids"])
+    return {"lm": common.token_sums(outputs["logits"], targets, weights)}
+
+
+class PrefixLM(common.Scheme):
+  """T5's prefix LM: each document split at a random point; the suffix is
+  predicted from the prefix.
+
+  On an encoder-decoder the prefix is the encoder input and the suffix (with
+  the EOS) the decoder target. On an encoder family the whole row runs with
+  a prefix mask (bidirectional prefix, causal suffix); a GPT decoder keeps
+  its causal prefix. The loss covers the suffix only.
+  """
+  name = "prefix_lm"
+  interfaces = ("encdec", "encoder", "decoder")
+  model_overrides = {"nsp_head": False}
+
+  def corrupt(self, batch, rng):
+    prefix = segments.prefix_split(rng, batch, self.specials)
+    out = dict(batch, prefix=prefix)
+    if self.interface != "encdec":
+      return out
+    suffix = noise.eligible(batch["tokens"], self.specials) & ~prefix
+    length = batch["tokens"].shape[1]
+    out["enc"] = transforms.drop_noise_tokens(batch["tokens"], suffix,
+                                              batch["doc_ids"], length)
+    out["dec"] = transforms.keep_noise_tokens(batch["tokens"], suffix,
+                                              batch["doc_ids"],
+                                              self.specials, length)
+    return out
+
+  def model_inputs(self, inputs):
+    if self.interface == "encdec":
+      return encdec_inputs(self, inputs["enc"], inputs["dec"])
+    kw = doc_inputs(inputs)
+    kw["mask"] = segments.prefix_attention(inputs["prefix"])
+    return (inputs["tokens"],), kw
+
+  def score(self, params, inputs, outputs, rng, deterministic):
+    if self.interface == "encdec":
+      return {"lm": decoder_sums(outputs, inputs["dec"])}
+    targets, weights = common.next_token_targets(inputs["tokens"],
+                                                 inputs["doc_ids"])
+    nxt_prefix = jnp.concatenate(
+        [inputs["prefix"][:, 1:], jnp.ones_like(inputs["prefix"][:, :1])], 1)
+    weights &= ~nxt_prefix
+    return {"lm": common.token_sums(outputs["logits"], targets, weights)}
+
+
+def decoder_start(scheme):
+  """Id entering the decoder first: the config's start id, else pad."""
+  return getattr(scheme.config, "decoder_start_token_id",
+                 scheme.config.pad_id)
+
+
+def encdec_inputs(scheme, enc, dec):
+  """`(args, kwargs)` of an encoder-decoder call from two `emit` streams."""
+  dec_in = common.shift_right(dec["tokens"], dec["segment_ids"],
+                              decoder_start(scheme))
+  kw = {"enc_segment_ids": enc["segment_ids"],
+        "dec_segment_ids": dec["segment_ids"],
+        "enc_positions": enc["positions"],
+        "dec_positions": dec["positions"]}
+  return (enc["tokens"], dec_in), kw
+
+
+def decoder_sums(outputs, dec):
+  """Token sums of decoder logits against an `emit` target stream."""
+  return common.token_sums(outputs["logits"], dec["tokens"],
+                           dec["segment_ids"] > 0)
+
+
+class BiLM(common.Scheme):
+  """ELMo: a forward and a backward LM, averaged."""
+  name = "bilm"
+  interfaces = ("lstm",)
+  part_weights = {"lm": 0.0, "forward": 0.5, "backward": 0.5}
+
+  def corrupt(self, batch, rng):
+    return batch
+
+  def model_inputs(self, inputs):
+    return (inputs["tokens"],), {"segment_ids": inputs["doc_ids"]}
+
+  def score(self, params, inputs, outputs, rng, deterministic):
+    tok, doc = inputs["tokens"], inputs["doc_ids"]
+    fwd_t, fwd_w = common.next_token_targets(tok, doc)
+    bwd_t, bwd_w = common.next_token_targets(tok[:, ::-1], doc[:, ::-1])
+    fwd = common.token_sums(outputs["forward_logits"], fwd_t, fwd_w)
+    bwd = common.token_sums(outputs["backward_logits"], bwd_t[:, ::-1],
+                            bwd_w[:, ::-1])
+    both = {k: fwd[k] + bwd[k] for k in fwd}
+    return {"lm": both, "forward": fwd, "backward": bwd}
+
+
+@register("clm")
+def clm(model, size, specials, **options):
+  """GPT's next-token prediction."""
+  return CausalLM(model, size, specials, **options)
+
+
+@register("prefix_lm")
+def prefix_lm(model, size, specials, **options):
+  """T5's prefix LM on an encoder-decoder or a prefix-masked encoder."""
+  return PrefixLM(model, size, specials, **options)
+
+
+@register("bilm")
+def bilm(model, size, specials, **options):
+  """ELMo's forward and backward language models."""
+  return BiLM(model, size, specials, **options)

@@ -1,0 +1,184 @@
+"""The pretraining loader: contract, exact resume, process shares, bad input."""
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+import data
+from data import c4
+from data import loader as loader_lib
+from data import packing
+from data import sample
+
+SAMPLE = {"source": "sample"}
+
+
+def _rows(batch):
+  return [{k: v[r] for k, v in batch.items()} for r in range(len(batch["tokens"]))]
+
+
+def test_sample_batches_obey_the_contract():
+  ld = data.pretrain_loader(SAMPLE, seq_len=64, batch_size=4, seed=1)
+  for _ in range(3):
+    batch = next(ld)
+    assert set(batch) == set(packing.KEYS)
+    for v in batch.values():
+      assert v.shape == (4, 64) and v.dtype == np.int32
+    for row in _rows(batch):
+      packing.check_row(row)
+      assert (row["tokens"] != 0).all()  # train rows are full
+  assert ld.tokenizer.specials()["vocab_size"] == 8000
+
+
+def test_resume_is_exact_and_state_is_json():
+  ld = data.pretrain_loader(SAMPLE, seq_len=32, batch_size=3, seed=5)
+  for _ in range(7):
+    next(ld)
+  state = json.loads(json.dumps(ld.get_state()))
+  want = [next(ld) for _ in range(5)]
+  again = data.pretrain_loader(SAMPLE, seq_len=32, batch_size=3, seed=5)
+  again.set_state(state)
+  for w in want:
+    g = next(again)
+    assert all((w[k] == g[k]).all() for k in packing.KEYS)
+  other = data.pretrain_loader(SAMPLE, seq_len=32, batch_size=3, seed=6)
+  assert not (next(other)["tokens"] == next(data.pretrain_loader(
+      SAMPLE, seq_len=32, batch_size=3, seed=5))["tokens"]).all()
+
+
+def _texts(ds):
+  return [e["text"] for e in ds]
+
+
+def test_process_shares_are_disjoint_and_cover_the_split():
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  src = tfds.builder_from_directory(str(sample.tfds_dir(sample.ensure()))
+                                    ).as_data_source(split="validation")
+  everything = sorted(src[i]["text"].decode() for i in range(len(src)))
+  shares = [_texts(loader_lib.documents(SAMPLE, "validation", 3, i, 3))
+            for i in range(3)]
+  assert sum(map(len, shares)) == len(everything)
+  assert sorted(t for s in shares for t in s) == everything
+  assert min(map(len, shares)) >= len(everything) // 3
+
+
+def test_processes_get_different_batches():
+  a, b = (data.pretrain_loader(SAMPLE, seq_len=32, batch_size=2, seed=0,
+                               process_index=i, process_count=2)
+          for i in range(2))
+  assert not (next(a)["tokens"] == next(b)["tokens"]).all()
+  with pytest.raises(ValueError, match="process_index 2 outside"):
+    data.pretrain_loader(SAMPLE, seq_len=8, batch_size=1, seed=0,
+                         process_index=2, process_count=2)
+
+
+def _write_c4(folder, split, texts_per_shard):
+  folder.mkdir(parents=True, exist_ok=True)
+  for i, texts in enumerate(texts_per_shard):
+    lines = "".join(json.dumps({"text": t, "url": f"u{i}"}) + "\n"
+                    for t in texts)
+    path = folder / c4.shard_name(split, i, len(texts_per_shard))
+    path.write_bytes(gzip.compress(lines.encode()))
+
+
+@pytest.mark.parametrize("shards,procs", [(4, 3), (2, 3)])
+def test_c4_shares_cover_the_shards(tmp_path, shards, procs):
+  texts = [[f"doc {s}-{j}." for j in range(7)] for s in range(shards)]
+  _write_c4(tmp_path, "train", texts)
+  cfg = {"source": "c4", "path": str(tmp_path), "num_epochs": 1,
+         "shuffle_buffer": 3}
+  shares = [_texts(loader_lib.documents(cfg, "train", 0, i, procs))
+            for i in range(procs)]
+  assert sorted(t for s in shares for t in s) == sorted(sum(texts, []))
+
+
+def test_c4_resume_mid_shard(tmp_path):
+  _write_c4(tmp_path, "train", [[f"Document number {s}-{j} is here. " * 3
+                                 for j in range(20)] for s in range(2)])
+  cfg = {"source": "c4", "path": str(tmp_path / "c4-{split}.*.json.gz"),
+         "shuffle_buffer": 4}
+  ld = data.pretrain_loader(cfg, seq_len=16, batch_size=2, seed=0)
+  for _ in range(9):
+    next(ld)
+  state = json.loads(json.dumps(ld.get_state()))
+  want = [next(ld)["tokens"] for _ in range(40)]  # crosses shards and epochs
+  again = data.pretrain_loader(cfg, seq_len=16, batch_size=2, seed=0)
+  again.set_state(state)
+  assert all((w == next(again)["tokens"]).all() for w in want)
+
+
+def test_bad_input_is_counted_and_survived(tmp_path):
+  good = [f"Good document {i}. It has two sentences." for i in range(5)]
+  long = "Word " * 3000
+  lines = [json.dumps({"text": t}) for t in good[:3]] + [
+      '{"text": "caf\xe9 bytes"}'.encode("latin-1"),  # not UTF-8
+      json.dumps({"text": ""}), json.dumps({"text": " \n\t "}),
+      json.dumps({"text": "bell\x07 and \x1b escape"}), "not json {",
+      json.dumps({"url": "no text"}), "", json.dumps({"text": long}),
+  ] + [json.dumps({"text": t}) for t in good[3:]]
+  blob = b"".join((l if isinstance(l, bytes) else l.encode()) + b"\n"
+                  for l in lines)
+  (tmp_path / c4.shard_name("train", 0, 2)).write_bytes(gzip.compress(blob))
+  whole = gzip.compress(b"".join(json.dumps({"text": f"cut {i}."}).encode()
+                                 + b"\n" for i in range(2000)))
+  (tmp_path / c4.shard_name("train", 1, 2)).write_bytes(whole[:len(whole) // 2])
+  cfg = {"source": "c4", "path": str(tmp_path), "num_epochs": 1,
+         "max_doc_rows": 4}
+  ld = data.pretrain_loader(cfg, seq_len=64, batch_size=4, seed=0)
+  batches = list(ld)
+  assert dict(ld.stats) == {"undecodable": 1, "bad_record": 3, "empty": 2,
+                            "control_chars": 1, "long_doc_truncated": 1,
+                            "truncated_shard": 1}
+  tokens = np.concatenate([b["tokens"] for b in batches])
+  text = " ".join(ld.tokenizer.decode(r) for r in tokens)
+  assert all(g in text for g in good) and "caf" in text and "bell" in text
+  assert "cut 0." in text  # the readable prefix of the cut shard is used
+  assert (tokens == 1).sum() >= len(good) + 3
+  for b in batches:
+    for row in _rows(b):
+      packing.check_row(row)
+
+
+def test_missing_shard_is_counted():
+  ds = c4.JsonShards(["/nonexistent/c4-train.00000-of-00001.json.gz"],
+                     seed=0, num_epochs=1)
+  assert list(ds) == [{"text": None, "bad": {"missing_shard": 1}}]
+  with pytest.raises(FileNotFoundError, match="no C4 shards"):
+    c4.find_shards("/nonexistent", "train")
+
+
+def test_synthetic_and_unknown_sources():
+  ld = data.pretrain_loader({"source": "synthetic", "vocab_size": 300},
+                            seq_len=16, batch_size=2, seed=0)
+  assert next(ld)["tokens"].shape == (2, 16)
+  with pytest.raises(ValueError, match="unknown data.source"):
+    data.pretrain_loader({"source": "wiki"}, seq_len=8, batch_size=1, seed=0)
+  with pytest.raises(ValueError, match="unknown data config field"):
+    data.pretrain_loader({"sorce": "c4"}, seq_len=8, batch_size=1, seed=0)
+
+
+def test_worker_process_gives_the_same_stream():
+  base = data.pretrain_loader(SAMPLE, seq_len=32, batch_size=2, seed=2)
+  mp = data.pretrain_loader({**SAMPLE, "worker_count": 1}, seq_len=32,
+                            batch_size=2, seed=2)
+  try:
+    for _ in range(3):
+      assert (next(base)["tokens"] == next(mp)["tokens"]).all()
+  finally:
+    mp.close()
+
+
+def test_tfds_source_by_name_and_missing_dataset():
+  folder = sample.ensure()
+  cfg = {"source": "tfds", "tfds_name": "zoo_c4_sample",
+         "data_dir": str(folder / "tfds")}
+  via_tfds = next(data.pretrain_loader(cfg, seq_len=16, batch_size=2, seed=4,
+                                       split="validation"))
+  via_sample = next(data.pretrain_loader(SAMPLE, seq_len=16, batch_size=2,
+                                         seed=4, split="validation"))
+  assert (via_tfds["tokens"] == via_sample["tokens"]).all()
+  with pytest.raises(FileNotFoundError, match="tfds build no_such_set"):
+    data.pretrain_loader({**cfg, "tfds_name": "no_such_set"}, seq_len=8,
+                         batch_size=1, seed=0)

@@ -1,0 +1,207 @@
+"""Building blocks: masks, the attention kernel, norms, MLP, stacks."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from transformers.models.t5 import modeling_t5
+
+from zoo.convert import common
+from zoo.models import blocks
+from zoo.models import layers
+
+KEY = jax.random.key(0)
+
+
+def _qkv(b=2, t=5, s=6, n=2, h=4):
+  ks = jax.random.split(KEY, 3)
+  return (jax.random.normal(ks[0], (b, t, n, h)),
+          jax.random.normal(ks[1], (b, s, n, h)),
+          jax.random.normal(ks[2], (b, s, n, h)))
+
+
+def test_segment_mask_keeps_documents_apart():
+  seg = jnp.array([[1, 1, 2, 2, 0]])
+  m = np.asarray(layers.segment_mask(seg))[0]
+  assert m[0, 1] and m[2, 3] and not m[1, 2] and not m[3, 0]
+  assert not m[:, 4].any()  # nobody attends to padding
+
+
+def test_causal_prefix_and_seq2seq_masks():
+  causal = np.asarray(layers.causal_mask(4))[0]
+  np.testing.assert_array_equal(causal, np.tril(np.ones((4, 4), bool)))
+  prefix = np.asarray(layers.prefix_lm_mask(jnp.array([2, 0]), 4))
+  # Row 0: tokens 0-1 see each other both ways; 2 sees 0..2, not 3.
+  assert prefix[0, 0, 1] and prefix[0, 2, 1] and not prefix[0, 2, 3]
+  assert not prefix[0, 1, 2]  # the source never sees the target
+  np.testing.assert_array_equal(prefix[1], causal)
+  assert layers.seq2seq_mask is layers.prefix_lm_mask
+  offset = np.asarray(layers.causal_mask(2, 4))[0]  # queries at 2, 3
+  np.testing.assert_array_equal(offset, [[1, 1, 1, 0], [1, 1, 1, 1]])
+
+
+def test_combine_masks():
+  a = jnp.array([[[True, False], [True, True]]])
+  b = jnp.array([[[True, True], [False, True]]])
+  np.testing.assert_array_equal(layers.combine_masks(a, None, b),
+                                a & b)
+  assert layers.combine_masks(None, None) is None
+
+
+def _reference_attention(q, k, v, mask, bias, scale):
+  logits = np.einsum("btnh,bsnh->bnts", q, k) * scale + bias
+  logits = np.where(mask[:, None], logits, -np.inf)
+  p = np.exp(logits - logits.max(-1, keepdims=True))
+  p /= p.sum(-1, keepdims=True)
+  return np.einsum("bnts,bsnh->btnh", p, v)
+
+
+def test_attention_matches_numpy_and_xla_kernel():
+  q, k, v = _qkv()
+  mask = jax.random.bernoulli(KEY, 0.7, (2, 5, 6)).at[:, :, 0].set(True)
+  bias = jax.random.normal(jax.random.key(3), (1, 2, 5, 6))
+  want = _reference_attention(*map(np.asarray, (q, k, v, mask, bias)), 0.3)
+  for impl in ("einsum", "xla"):
+    got = jax.jit(lambda q, k, v, m, b, impl=impl: layers.attention(
+        q, k, v, mask=m, bias=b, scale=0.3, impl=impl))(q, k, v, mask, bias)
+    np.testing.assert_allclose(got, want, atol=1e-5, err_msg=impl)
+
+
+def test_attention_bf16_accumulates_close_to_f32():
+  q, k, v = _qkv()
+  f32 = layers.attention(q, k, v, impl="einsum")
+  bf16 = layers.attention(q, k, v, dtype="bfloat16", impl="einsum")
+  assert bf16.dtype == jnp.float32
+  np.testing.assert_allclose(bf16, f32, atol=5e-2)
+  assert not np.allclose(bf16, f32, atol=1e-7)  # bf16 really was used
+
+
+def test_fully_masked_rows_stay_finite():
+  q, k, v = _qkv()
+  mask = jnp.zeros((2, 5, 6), bool)
+  assert np.isfinite(np.asarray(layers.attention(q, k, v, mask=mask))).all()
+
+
+def test_bad_inputs_get_clear_errors():
+  q, k, v = _qkv()
+  with pytest.raises(ValueError, match="impl"):
+    layers.attention(q, k, v, impl="flash9")
+  with pytest.raises(ValueError, match="dtype"):
+    layers.compute_dtype("float16x")
+  with pytest.raises(ValueError, match="activation"):
+    layers.activation_fn("swishy")
+  with pytest.raises(ValueError, match="integers"):
+    layers.Embed(4, 2).init(KEY, jnp.ones((1, 2)))
+
+
+def test_layernorm_and_rmsnorm_match_torch():
+  x = jax.random.normal(KEY, (2, 3, 8)) * 3 + 1
+  p = layers.LayerNorm(1e-5).init(KEY, x)
+  want = torch.nn.functional.layer_norm(torch.tensor(np.asarray(x)), (8,),
+                                        eps=1e-5).numpy()
+  np.testing.assert_allclose(layers.LayerNorm(1e-5).apply(p, x), want,
+                             atol=1e-5)
+  rms = layers.RMSNorm(1e-6)
+  got = rms.apply(rms.init(KEY, x), x)
+  want = np.asarray(x) / np.sqrt((np.asarray(x) ** 2).mean(-1, keepdims=True)
+                                 + 1e-6)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_relative_bucket_matches_t5_reference():
+  rel = np.arange(-300, 300)[None]
+  for bidirectional in (True, False):
+    want = modeling_t5.T5Attention._relative_position_bucket(  # pylint: disable=protected-access
+        torch.tensor(rel), bidirectional=bidirectional, num_buckets=32,
+        max_distance=128).numpy()
+    got = layers.relative_position_bucket(
+        jnp.asarray(rel), bidirectional=bidirectional, num_buckets=32,
+        max_distance=128)
+    np.testing.assert_array_equal(got, want)
+  bias_mod = layers.RelativePositionBias(num_heads=3)
+  pos = jnp.arange(5)[None]
+  bias = bias_mod.apply(bias_mod.init(KEY, pos, pos), pos, pos)
+  chex.assert_shape(bias, (1, 3, 5, 5))
+
+
+def test_sinusoidal_codes():
+  codes = layers.sinusoidal(jnp.arange(4)[None], 6)
+  chex.assert_shape(codes, (1, 4, 6))
+  np.testing.assert_allclose(codes[0, :, 0], np.sin(np.arange(4)), atol=1e-6)
+  np.testing.assert_allclose(codes[0, 0, 3:], 1.0)
+
+
+def test_gated_mlp_and_adapter_identity():
+  x = jax.random.normal(KEY, (2, 3, 8))
+  mlp = layers.Mlp(16, "gated_gelu_tanh", use_bias=False)
+  p = mlp.init(KEY, x)["params"]
+  assert set(p) == {"wi_0", "wi_1", "wo"}
+  h = (jax.nn.gelu(x @ p["wi_0"]["kernel"].value, approximate=True)
+       * (x @ p["wi_1"]["kernel"].value))
+  np.testing.assert_allclose(mlp.apply({"params": p}, x),
+                             h @ p["wo"]["kernel"].value, atol=1e-5)
+  adapter = layers.Adapter(4)
+  np.testing.assert_array_equal(adapter.apply(adapter.init(KEY, x), x), x)
+
+
+CFG = blocks.BlockConfig(num_heads=2, head_dim=4, mlp_dim=16, adapter_dim=3)
+
+
+def _stack_inputs():
+  x = jax.random.normal(KEY, (2, 5, 8))
+  mask = layers.segment_mask(jnp.array([[1, 1, 1, 2, 0], [1] * 5]))
+  return x, mask
+
+
+def test_scan_stack_equals_unrolled_with_restacked_params():
+  x, mask = _stack_inputs()
+  flat = blocks.Stack(CFG, 3)
+  p = jax.jit(flat.init)(KEY, x, mask)
+  y, ys = jax.jit(flat.apply)(p, x, mask)
+  assert len(ys) == 3
+  unboxed = jax.tree.map(lambda b: b.value, p["params"],
+                         is_leaf=lambda b: hasattr(b, "value"))
+  scan = blocks.Stack(CFG, 3, scan=True, remat=True)
+  y2, ys2 = jax.jit(scan.apply)({"params": common.restack(unboxed)}, x,
+                                mask)
+  np.testing.assert_allclose(y2, y, atol=1e-5)
+  np.testing.assert_allclose(ys2[1], ys[1], atol=1e-5)
+  boxed = jax.eval_shape(scan.init, KEY, x, mask)["params"]["layers"]["block"]
+  assert boxed["mlp"]["wi"]["kernel"].names == ("layers", "embed", "mlp")
+
+
+def test_remat_keeps_gradients_and_dropout_changes_output():
+  x, mask = _stack_inputs()
+  rngs = {"dropout": jax.random.key(5)}
+  plain, remat = blocks.Stack(CFG, 2), blocks.Stack(CFG, 2, remat=True)
+  p = jax.jit(plain.init)(KEY, x, mask)
+
+  def loss(module, params, deterministic=False):
+    y, _ = module.apply(params, x, mask, deterministic=deterministic,
+                        rngs=rngs)
+    return (y ** 2).sum()
+
+  g1 = jax.jit(jax.grad(lambda q: loss(plain, q)))(p)
+  g2 = jax.jit(jax.grad(lambda q: loss(remat, q)))(p)
+  chex.assert_trees_all_close(g1, g2, atol=1e-5)
+  det = jax.jit(lambda q: loss(plain, q, True))(p)
+  drop = jax.jit(lambda q: loss(plain, q))(p)
+  assert not np.allclose(det, drop)
+
+
+def test_shared_stack_and_cross_attention_block():
+  x, mask = _stack_inputs()
+  shared = blocks.Stack(CFG, 4, shared=True)
+  p = shared.init(KEY, x, mask)["params"]
+  assert list(p) == ["layer"]
+  cross = blocks.Block(blocks.BlockConfig(
+      num_heads=2, head_dim=4, mlp_dim=16, pre_norm=True, norm="rmsnorm",
+      use_bias=False, cross_attention=True))
+  enc = jax.random.normal(KEY, (2, 7, 8))
+  variables = cross.init(KEY, x, encoded=enc)
+  assert "cross_attention" in variables["params"]
+  chex.assert_shape(cross.apply(variables, x, encoded=enc), (2, 5, 8))
+  with pytest.raises(ValueError, match="encoded"):
+    cross.apply(variables, x)

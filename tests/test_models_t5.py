@@ -1,0 +1,147 @@
+"""T5 at tiny: shapes, masks, packing, head variants, axes and sharding."""
+
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests import seq2seq_checks as sc
+from tests.fast_params import fast_params
+from zoo.convert import common
+from zoo.models import heads, make, t5
+
+
+@pytest.fixture(scope="module")
+def tiny():
+  return sc.build("t5")
+
+
+def test_shapes_of_every_output(tiny):
+  cfg, _, apply, params = tiny
+  sc.assert_output_shapes(cfg, apply(params, sc.ids(0, (sc.B, sc.S)),
+                                     sc.ids(1, (sc.B, sc.T))))
+
+
+def test_v11_layout_has_no_biases_and_an_own_head(tiny):
+  cfg, _, _, params = tiny
+  names = ["/".join(str(getattr(k, "key", k)) for k in path)
+           for path, _ in jax.tree_util.tree_flatten_with_path(
+               nn.meta.unbox(params))[0]]
+  assert not [n for n in names if n.endswith("bias") and "relpos" not in n]
+  assert any(n.startswith("params/lm_head") for n in names)
+  assert any("wi_0" in n for n in names) and cfg.activation.startswith("gated")
+  # One relative-bias table per stack, shared by its layers.
+  assert sum("rel_embedding" in n for n in names) == 2
+
+
+def test_decoder_is_causal(tiny):
+  sc.assert_decoder_is_causal(*tiny[2:])
+
+
+def test_encoder_padding_is_ignored(tiny):
+  sc.assert_encoder_padding_ignored(*tiny[2:], pad_id=0)
+
+
+def test_packed_documents_match_separate_ones(tiny):
+  sc.assert_packing_is_exact(*tiny[2:])
+
+
+def test_encode_and_decode_methods(tiny):
+  sc.assert_encode_decode_methods(tiny[1], tiny[3])
+
+
+def test_original_t5_head_is_tied_and_scaled():
+  cfg, model, apply, params = sc.build(
+      "t5", activation="relu", tie_embeddings=True, scale_logits=True)
+  assert "lm_head" not in params["params"]
+  out = apply(params, sc.ids(0, (sc.B, sc.S)), sc.ids(1, (sc.B, sc.T)))
+  table = nn.meta.unbox(params["params"]["token_embed"]["embedding"])
+  want = (out["hidden"] * cfg.embed_dim ** -0.5) @ table.T
+  np.testing.assert_allclose(out["logits"], want, atol=1e-4)
+  del model
+
+
+def test_encoder_only_follows_the_encoder_face():
+  cfg, model = make("t5", "tiny", encoder_only=True)
+  tokens = sc.ids(0, (sc.B, sc.S)).at[1, 6:].set(0)
+  params = fast_params(model, tokens)
+  assert "decoder" not in params["params"]
+  out = model.apply(params, tokens)
+  chex.assert_shape(out["hidden"], (sc.B, sc.S, cfg.embed_dim))
+  chex.assert_shape(out["logits"], (sc.B, sc.S, cfg.vocab_size))
+  assert len(out["layers"]) == cfg.num_layers + 1
+  assert t5.interface(cfg) == "encoder"
+  with pytest.raises(ValueError, match="takes no dec_tokens"):
+    model.apply(params, tokens, tokens)
+  with pytest.raises(ValueError, match="no token types"):
+    model.apply(params, tokens, token_types=tokens)
+  assert "logits" not in model.apply(params, tokens, return_logits=False)
+
+
+def test_encdec_without_decoder_tokens_is_an_error(tiny):
+  _, model, _, params = tiny
+  with pytest.raises(ValueError, match="needs dec_tokens"):
+    model.apply(params, sc.ids(0, (sc.B, sc.S)))
+
+
+def test_scan_layers_equals_unrolled(tiny):
+  _, _, apply, params = tiny
+  _, scanned = make("t5", "tiny", dropout_rate=0.0, scan_layers=True)
+  restacked = {"params": common.restack(nn.meta.unbox(params)["params"])}
+  enc, dec = sc.ids(2, (sc.B, sc.S)), sc.ids(3, (sc.B, sc.T))
+  want = apply(params, enc, dec)
+  got = scanned.apply(restacked, enc, dec)
+  np.testing.assert_allclose(got["logits"], want["logits"], atol=1e-5)
+
+
+def test_adapters_sit_in_every_block_and_are_masked():
+  _, model = make("t5", "tiny", adapter_dim=4)
+  enc, dec = sc.ids(2, (sc.B, sc.S)), sc.ids(3, (sc.B, sc.T))
+  with_adapters = fast_params(model, enc, dec)
+  mask = heads.adapter_mask(with_adapters, train_head=False)
+  # down/up kernel+bias after attention and MLP, and cross-attention in the
+  # decoder: 2 encoder and 2 decoder layers.
+  assert sum(jax.tree.leaves(mask)) == 4 * (2 * 2 + 3 * 2)
+  assert not heads.adapter_mask(with_adapters)["params"]["token_embed"][
+      "embedding"]
+  out = model.apply(with_adapters, enc, dec)
+  chex.assert_tree_all_finite(out["logits"])
+
+
+def test_bfloat16_compute_stays_close(tiny):
+  _, _, apply, params = tiny
+  _, model16 = make("t5", "tiny", dropout_rate=0.0, dtype="bfloat16")
+  enc, dec = sc.ids(2, (sc.B, sc.S)), sc.ids(3, (sc.B, sc.T))
+  got = model16.apply(params, enc, dec)["logits"]
+  want = apply(params, enc, dec)["logits"]
+  assert got.dtype == jnp.float32
+  assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
+
+
+def test_dropout_changes_training_outputs():
+  _, model = make("t5", "tiny")
+  enc, dec = sc.ids(2, (sc.B, sc.S)), sc.ids(3, (sc.B, sc.T))
+  params = fast_params(model, enc, dec)
+  apply = model.apply
+  a = apply(params, enc, dec)["logits"]
+  b = apply(params, enc, dec, deterministic=False,
+            rngs={"dropout": jax.random.key(1)})["logits"]
+  assert np.abs(a - b).max() > 1e-4
+
+
+def test_every_param_has_valid_logical_axes():
+  for kw in ({}, {"scan_layers": True, "adapter_dim": 4}):
+    _, model = make("t5", "tiny", **kw)
+    sc.assert_valid_logical_axes(model, sc.ids(0, (sc.B, sc.S)),
+                                 sc.ids(1, (sc.B, sc.T)))
+
+
+def test_sharded_forward_equals_unsharded(tiny):
+  _, model, apply, params = tiny
+  enc, dec = sc.ids(4, (4, sc.S)), sc.ids(5, (4, sc.T))
+  want = apply(params, enc, dec)
+  got = sc.sharded_apply(model, params, enc, dec)
+  for key in ("logits", "hidden", "encoder_hidden"):
+    np.testing.assert_allclose(got[key], want[key], atol=1e-5)

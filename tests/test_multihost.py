@@ -1,0 +1,78 @@
+"""Two processes on localhost train exactly as one process does."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import jax
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+import toy  # pylint: disable=wrong-import-position
+
+from zoo import checkpoint, train, train_lib as lib  # pylint: disable=wrong-import-position
+from zoo.metrics_log import read_metrics  # pylint: disable=wrong-import-position
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOY = os.path.join(ROOT, "tests", "toy.py")
+STEPS = 4
+MESH = ["--config.mesh.data=2", "--config.mesh.fsdp=2",
+        "--config.mesh.tensor=2"]
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _two_processes(workdir: str):
+  port = _free_port()
+  env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="4")
+  env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+  procs = [subprocess.Popen(
+      [sys.executable, TOY, f"--config={TOY}:steps={STEPS}",
+       f"--workdir={workdir}", "--record_batches", *MESH,
+       f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
+       f"--process_id={i}"], env=env, stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True) for i in range(2)]
+  outs = []
+  for proc in procs:
+    try:
+      outs.append(proc.communicate(timeout=300))
+    except subprocess.TimeoutExpired:
+      for p in procs:
+        p.kill()
+      raise
+  for proc, (_, err) in zip(procs, outs):
+    assert proc.returncode == 0, err[-3000:]
+
+
+def test_two_processes_equal_one_with_eight_devices(tmp_path):
+  multi = str(tmp_path / "multi")
+  _two_processes(multi)
+  single = str(tmp_path / "single")
+  build = lib.build_loader
+  toy.record_batches(single)
+  try:
+    config = toy.get_config(f"steps={STEPS}")
+    config.mesh = {"data": 2, "fsdp": 2, "tensor": 2}
+    train.train(config, single)
+  finally:
+    lib.build_loader = build
+  # Only process 0 logged, one line per step, with the single run's losses.
+  multi_rows, single_rows = read_metrics(multi), read_metrics(single)
+  assert [r["step"] for r in multi_rows] == list(range(1, STEPS + 1))
+  np.testing.assert_allclose([r["loss"] for r in multi_rows],
+                             [r["loss"] for r in single_rows], rtol=1e-6)
+  a, _ = checkpoint.restore_replicated(multi)
+  b, _ = checkpoint.restore_replicated(single)
+  for x, y in zip(jax.tree.leaves(jax.device_get(a)),
+                  jax.tree.leaves(jax.device_get(b))):
+    np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
+  # Each process read its own half of every global batch.
+  first, second = toy.read_batches(multi, 0), toy.read_batches(multi, 1)
+  assert [n for n, _ in first] == [n for n, _ in second] == list(
+      range(1, STEPS + 1))
+  assert all(x != y for (_, x), (_, y) in zip(first, second))

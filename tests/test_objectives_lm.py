@@ -1,0 +1,88 @@
+"""clm, prefix_lm and bilm: targets, documents, init loss, training."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from objectives import common
+from objectives import testing
+
+
+def test_next_token_targets_stop_at_documents():
+  tok = jnp.array([[5, 6, 1, 7, 8, 1, 0]])
+  doc = jnp.array([[1, 1, 1, 2, 2, 2, 0]])
+  targets, weights = common.next_token_targets(tok, doc)
+  np.testing.assert_array_equal(targets[0, :5], [6, 1, 7, 8, 1])
+  np.testing.assert_array_equal(weights[0], [1, 1, 0, 1, 1, 0, 0])
+
+
+def test_shift_right_restarts_per_segment():
+  tok = jnp.array([[5, 6, 1, 7, 1, 0]])
+  seg = jnp.array([[1, 1, 1, 2, 2, 0]])
+  np.testing.assert_array_equal(common.shift_right(tok, seg, 0)[0],
+                                [0, 5, 6, 0, 7, 0])
+
+
+def test_clm_gpt2():
+  batch = testing.tiny_batch()
+  obj = testing.build("clm", "gpt2")
+  assert obj.interface == "decoder"
+  out = testing.check(obj, batch)
+  doc = np.asarray(batch["doc_ids"])
+  want = ((doc[:, 1:] == doc[:, :-1]) & (doc[:, :-1] > 0)).sum()
+  assert out["metrics"]["weight_sum"] == want
+
+
+def test_clm_never_sees_the_next_document():
+  obj = testing.build("clm", "bert")  # an encoder under a causal mask
+  batch = testing.tiny_batch()
+  params = common.nn.meta.unbox(obj.init(jax.random.key(0), batch))
+  other = dict(batch, tokens=jnp.where(batch["doc_ids"] >= 2, 9,
+                                       batch["tokens"]))
+  run = jax.jit(lambda b: obj.run(params, common.as_batch(b), None,
+                                  True)["logits"])
+  first = np.asarray(batch["doc_ids"]) == 1
+  later = np.asarray(batch["doc_ids"]) >= 2
+  a, b = np.asarray(run(batch)), np.asarray(run(other))
+  np.testing.assert_allclose(a[first], b[first], atol=1e-5)
+  assert np.abs(a[later] - b[later]).max() > 1e-3
+  # Causal: a document's first piece ignores its second.
+  third = dict(batch, tokens=batch["tokens"].at[:, 1].set(11))
+  np.testing.assert_allclose(np.asarray(run(third))[:, 0], a[:, 0],
+                             atol=1e-5)
+
+
+def test_prefix_lm_encdec_t5():
+  batch = testing.tiny_batch()
+  obj = testing.build("prefix_lm", "t5")
+  assert obj.interface == "encdec"
+  inputs = obj.corrupt(batch, jax.random.key(3))
+  enc, dec = inputs["enc"], inputs["dec"]
+  # Prefix and suffix re-assemble each document.
+  for r in range(batch["tokens"].shape[0]):
+    tok = np.asarray(batch["tokens"][r])
+    doc = np.asarray(batch["doc_ids"][r])
+    for d in np.unique(doc[doc > 0]):
+      e = np.asarray(enc["tokens"][r])[np.asarray(enc["segment_ids"][r]) == d]
+      t = np.asarray(dec["tokens"][r])[np.asarray(dec["segment_ids"][r]) == d]
+      body = tok[(doc == d) & (tok != 1)]
+      np.testing.assert_array_equal(np.concatenate([e[e != 1], t[t != 1]]),
+                                    body)
+  testing.check(obj, batch)
+
+
+def test_prefix_lm_encoder_mask_bert():
+  batch = testing.tiny_batch()
+  obj = testing.build("prefix_lm", "bert")
+  out = testing.check(obj, batch)
+  doc = np.asarray(batch["doc_ids"])
+  every = ((doc[:, 1:] == doc[:, :-1]) & (doc[:, :-1] > 0)).sum()
+  assert 0 < out["metrics"]["weight_sum"] < every  # the suffix only
+
+
+def test_bilm_elmo():
+  batch = testing.tiny_batch()
+  obj = testing.build("bilm", "elmo")
+  out = testing.check(obj, batch)
+  m = out["metrics"]
+  assert m["forward_weight_sum"] == m["backward_weight_sum"] > 0

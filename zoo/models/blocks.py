@@ -1,0 +1,189 @@
+"""Transformer blocks and layer stacks, built from `zoo.models.layers`.
+
+One `Block` covers every family: post-LN (BERT, BART) or pre-LN (GPT-2,
+T5), LayerNorm or RMSNorm, optional cross-attention (decoders of
+encoder-decoders), optional bottleneck adapters. `Stack` runs L blocks as a
+Python loop or as one `nn.scan` (params then stacked on a leading `layers`
+axis), optionally rematerialised, and constrains activations to
+("batch", "length", "embed") at every block boundary.
+
+Param names of a block: `attention`, `attention_norm`, `cross_attention`,
+`cross_attention_norm`, `mlp`, `mlp_norm`, `adapter_attention`,
+`adapter_mlp` (adapters only when `adapter_dim > 0`). In a stack: `layer_<i>`
+unrolled, `layers` scanned, `layer` shared (ALBERT).
+"""
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from zoo.models import layers
+
+Array = jax.Array
+ACTIVATION_AXES = ("batch", "length", "embed")
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockConfig:
+  """Hyper-parameters of one transformer block (hashable, static)."""
+  num_heads: int  # N
+  head_dim: int  # H
+  mlp_dim: int  # F
+  activation: str = "gelu"  # see layers.ACTIVATIONS; "gated_*" for T5 v1.1
+  pre_norm: bool = False  # pre-LN (GPT-2, T5) or post-LN (BERT, BART)
+  norm: str = "layernorm"  # "layernorm" | "rmsnorm"
+  norm_eps: float = 1e-12
+  use_bias: bool = True  # biases in attention and MLP projections
+  attention_scale: float | None = None  # None = 1/sqrt(H); T5 uses 1.0
+  cross_attention: bool = False  # decoder block of an encoder-decoder
+  dropout_rate: float = 0.1  # on each sub-layer output before the residual
+  attention_dropout_rate: float = 0.1  # on attention probabilities
+  mlp_dropout_rate: float = 0.0  # on the MLP hidden activations (T5)
+  adapter_dim: int = 0  # >0: bottleneck adapters after attention and MLP
+  dtype: str = "float32"  # compute dtype name
+  attention_impl: str = "auto"  # see layers.attention
+
+
+class Block(nn.Module):
+  """One transformer layer.
+
+  Attributes:
+    config: a `BlockConfig`.
+  """
+  config: BlockConfig
+
+  def _sublayer(self, x, fn, name, adapter, deterministic):
+    """Residual around fn, with the norm before (pre) or after (post)."""
+    c = self.config
+    norm = layers.make_norm(c.norm, c.norm_eps, name=f"{name}_norm")
+    h = fn(norm(x) if c.pre_norm else x)
+    h = nn.Dropout(c.dropout_rate)(h, deterministic=deterministic)
+    if c.adapter_dim:
+      h = layers.Adapter(c.adapter_dim, c.dtype, name=adapter)(h)
+    return x + h if c.pre_norm else norm(x + h)
+
+  def _attention(self, name):
+    c = self.config
+    return layers.MultiHeadAttention(
+        c.num_heads, c.head_dim, dtype=c.dtype, use_bias=c.use_bias,
+        scale=c.attention_scale, dropout_rate=c.attention_dropout_rate,
+        impl=c.attention_impl, name=name)
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Array | None = None,
+               bias: Array | None = None, encoded: Array | None = None,
+               cross_mask: Array | None = None,
+               cross_bias: Array | None = None,
+               deterministic: bool = True) -> Array:
+    """One layer.
+
+    Args:
+      x: [B, T, D] float32.
+      mask: [B|1, T, T] bool self-attention mask.
+      bias: [B|1, N, T, T] additive self-attention bias (relative positions).
+      encoded: [B, S, D] encoder output (cross-attention blocks only).
+      cross_mask: [B|1, T, S] bool cross-attention mask.
+      cross_bias: [B|1, N, T, S] additive cross-attention bias.
+      deterministic: no dropout when True.
+
+    Returns:
+      [B, T, D] float32.
+    """
+    c = self.config
+    attn = self._attention("attention")
+    x = self._sublayer(
+        x, lambda h: attn(h, mask=mask, bias=bias, deterministic=deterministic),
+        "attention", "adapter_attention", deterministic)
+    if c.cross_attention:
+      if encoded is None:
+        raise ValueError("a cross-attention block needs `encoded` [B, S, D]")
+      cross = self._attention("cross_attention")
+      x = self._sublayer(
+          x, lambda h: cross(h, encoded, mask=cross_mask, bias=cross_bias,
+                             deterministic=deterministic),
+          "cross_attention", "adapter_cross_attention", deterministic)
+    mlp = layers.Mlp(c.mlp_dim, c.activation, use_bias=c.use_bias,
+                     dropout_rate=c.mlp_dropout_rate, dtype=c.dtype,
+                     name="mlp")
+    return self._sublayer(x, lambda h: mlp(h, deterministic), "mlp",
+                          "adapter_mlp", deterministic)
+
+
+class _ScanBody(nn.Module):
+  """Block as a scan body: carry in, (carry, per-layer output) out."""
+  config: BlockConfig
+  deterministic: bool
+  remat: bool
+
+  @nn.compact
+  def __call__(self, x, mask, bias, encoded, cross_mask, cross_bias):
+    block = nn.remat(Block, static_argnums=(7,)) if self.remat else Block
+    y = block(self.config, name="block")(x, mask, bias, encoded, cross_mask,
+                                         cross_bias, self.deterministic)
+    y = nn.with_logical_constraint(y, ACTIVATION_AXES)
+    return y, y
+
+
+class Stack(nn.Module):
+  """L blocks applied in turn; returns the final and every layer's states.
+
+  Attributes:
+    config: the `BlockConfig` of every layer.
+    num_layers: L.
+    scan: one `nn.scan` over layers (params stacked on axis 0, `layers`).
+    remat: rematerialise each block in the backward pass.
+    shared: one block's params applied L times (ALBERT).
+  """
+  config: BlockConfig
+  num_layers: int
+  scan: bool = False
+  remat: bool = False
+  shared: bool = False
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Array | None = None,
+               bias: Array | None = None, encoded: Array | None = None,
+               cross_mask: Array | None = None,
+               cross_bias: Array | None = None,
+               deterministic: bool = True) -> tuple[Array, tuple[Array, ...]]:
+    """x [B, T, D] -> (final [B, T, D], tuple of L [B, T, D] layer outputs).
+
+    Masks and biases as in `Block.__call__`.
+    """
+    args = (mask, bias, encoded, cross_mask, cross_bias)
+    x = nn.with_logical_constraint(x, ACTIVATION_AXES)
+    if self.scan and not self.shared:
+      return self._scanned(x, args, deterministic)
+    block_cls = nn.remat(Block, static_argnums=(7,)) if self.remat else Block
+    shared = block_cls(self.config, name="layer") if self.shared else None
+    outs = []
+    for i in range(self.num_layers):
+      block = shared or block_cls(self.config, name=f"layer_{i}")
+      x = block(x, *args, deterministic)
+      x = nn.with_logical_constraint(x, ACTIVATION_AXES)
+      outs.append(x)
+    return x, tuple(outs)
+
+  def _scanned(self, x, args, deterministic):
+    scanned = nn.scan(
+        _ScanBody, variable_axes={"params": 0}, split_rngs={"params": True,
+                                                            "dropout": True},
+        in_axes=(nn.broadcast,) * len(args), length=self.num_layers,
+        metadata_params={nn.PARTITION_NAME: "layers"})
+    x, ys = scanned(self.config, deterministic, self.remat,
+                    name="layers")(x, *args)
+    return x, tuple(ys[i] for i in range(self.num_layers))
+
+
+def stack_layer_params(per_layer: list[dict]) -> dict:
+  """Unrolled per-layer param trees -> one tree stacked on axis 0 (scan).
+
+  Args:
+    per_layer: L trees of identical structure (the `layer_<i>` subtrees).
+
+  Returns:
+    The `layers` subtree of a scanned `Stack`: `{"block": stacked}`.
+  """
+  return {"block": jax.tree.map(lambda *xs: jnp.stack(xs), *per_layer)}

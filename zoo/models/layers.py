@@ -1,0 +1,518 @@
+"""Building blocks of every transformer family in the zoo.
+
+Einsum letters used in shapes throughout `zoo.models`:
+
+  B batch, T query length, S key length, D embed, N heads, H head dim,
+  F mlp, V vocab, L layers.
+
+Params are float32 and carry logical axis names (`vocab`, `embed`, `heads`,
+`kv`, `mlp`, `layers`, `positions`, `relpos_buckets`). The compute dtype is a
+name ("float32" or "bfloat16"): in bfloat16 mode every matmul takes bfloat16
+inputs and accumulates in float32 (`preferred_element_type`), while softmax,
+norms and losses stay float32. Activations between matmuls are float32.
+
+Masks are boolean, True where a query may attend to a key, shaped [B, T, S]
+(a leading 1 broadcasts over the batch). Builders below cover the kinds the
+zoo needs; `combine_masks` ANDs any of them.
+
+The transformer stacks live in `zoo.models.blocks`.
+"""
+
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+Initializer = Callable[..., Array]
+
+# Finite stand-in for -inf: a fully masked row (a padding query) then gets a
+# uniform, finite distribution instead of NaN.
+_MASK_VALUE = -1e9
+
+default_init = nn.initializers.normal(stddev=0.02)
+
+
+def compute_dtype(name: str) -> jnp.dtype:
+  """The jnp dtype of a config's `dtype` name ("float32" | "bfloat16")."""
+  if name not in ("float32", "bfloat16"):
+    raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {name!r}")
+  return jnp.dtype(name)
+
+
+def matmul_precision(dtype: jnp.dtype) -> dict:
+  """Keyword args for `jnp.einsum`/`lax.dot_general` in a compute dtype.
+
+  float32 asks for full precision so parity holds on accelerators whose
+  default f32 matmul is reduced; bfloat16 accumulates in float32.
+  """
+  if dtype == jnp.bfloat16:
+    return {"preferred_element_type": jnp.float32}
+  return {"precision": jax.lax.Precision.HIGHEST}
+
+
+def einsum(spec: str, x: Array, y: Array, dtype: jnp.dtype) -> Array:
+  """`jnp.einsum(spec, x, y)` with inputs in `dtype`, float32 result."""
+  out = jnp.einsum(spec, x.astype(dtype), y.astype(dtype),
+                   **matmul_precision(dtype))
+  return out.astype(jnp.float32)
+
+
+def param_with_axes(module: nn.Module, name: str, init: Initializer,
+                    shape: tuple[int, ...], axes: tuple[str, ...]) -> Array:
+  """A float32 param whose boxed value carries logical axis names."""
+  if len(shape) != len(axes):
+    raise ValueError(f"param {name!r}: shape {shape} vs axes {axes}")
+  return module.param(name, nn.with_logical_partitioning(init, axes), shape,
+                      jnp.float32)
+
+
+# ----------------------------------------------------------------- dense ---
+
+
+class Dense(nn.Module):
+  """Einsum-style dense layer over trailing input axes, with logical axes.
+
+  `y[..., out] = sum_in x[..., in] w[in, out] + b[out]`; `in_dims` trailing
+  axes of x are contracted (1 for D, 2 for [N, H]).
+
+  Attributes:
+    features: output shape (int or tuple), e.g. D or (N, H).
+    axes: logical names of the kernel, input axes first then output axes.
+    in_dims: how many trailing axes of x the kernel contracts.
+    use_bias: whether to add a bias shaped like `features`.
+    dtype: compute dtype name.
+    kernel_init: initializer of the kernel.
+  """
+  features: int | tuple[int, ...]
+  axes: tuple[str, ...]
+  in_dims: int = 1
+  use_bias: bool = True
+  dtype: str = "float32"
+  kernel_init: Initializer = default_init
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    """x [..., *in] -> [..., *features] float32."""
+    features = ((self.features,) if isinstance(self.features, int)
+                else tuple(self.features))
+    in_shape = x.shape[x.ndim - self.in_dims:]
+    kernel = param_with_axes(self, "kernel", self.kernel_init,
+                             in_shape + features, self.axes)
+    dtype = compute_dtype(self.dtype)
+    contract = (tuple(range(x.ndim - self.in_dims, x.ndim)),
+                tuple(range(self.in_dims)))
+    y = jax.lax.dot_general(x.astype(dtype), kernel.astype(dtype),
+                            (contract, ((), ())), **matmul_precision(dtype))
+    y = y.astype(jnp.float32)
+    if self.use_bias:
+      out_axes = self.axes[self.in_dims:]
+      y = y + param_with_axes(self, "bias", nn.initializers.zeros, features,
+                              out_axes)
+    return y
+
+
+# ------------------------------------------------------------ embeddings ---
+
+
+class Embed(nn.Module):
+  """A lookup table; `attend` gives tied output logits.
+
+  Attributes:
+    num: rows (V for tokens, max positions, token types).
+    features: D.
+    axes: logical names of the table, e.g. ("vocab", "embed").
+    dtype: compute dtype name (for `attend`).
+  """
+  num: int
+  features: int
+  axes: tuple[str, str] = ("vocab", "embed")
+  dtype: str = "float32"
+  embedding_init: Initializer = default_init
+
+  def setup(self):
+    self.embedding = param_with_axes(self, "embedding", self.embedding_init,
+                                     (self.num, self.features), self.axes)
+
+  def __call__(self, ids: Array) -> Array:
+    """ids [B, T] int -> [B, T, D] float32."""
+    if not jnp.issubdtype(ids.dtype, jnp.integer):
+      raise ValueError(f"embedding ids must be integers, got {ids.dtype}")
+    return jnp.take(self.embedding, ids, axis=0)
+
+  def attend(self, x: Array) -> Array:
+    """x [B, T, D] -> logits [B, T, V] float32 against the table."""
+    return einsum("btd,vd->btv", x, self.embedding, compute_dtype(self.dtype))
+
+
+def sinusoidal(positions: Array, features: int,
+               max_timescale: float = 1e4) -> Array:
+  """Transformer sine/cosine position codes.
+
+  Args:
+    positions: [B, T] int or float positions.
+    features: D (even).
+    max_timescale: the longest wavelength.
+
+  Returns:
+    [B, T, D] float32: sin in the first half, cos in the second.
+  """
+  if features % 2:
+    raise ValueError(f"sinusoidal features must be even, got {features}")
+  half = features // 2
+  inv = 1.0 / (max_timescale ** (np.arange(half, dtype=np.float32) / half))
+  angles = positions.astype(jnp.float32)[..., None] * inv
+  return jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=-1)
+
+
+def relative_position_bucket(relative: Array, *, bidirectional: bool,
+                             num_buckets: int, max_distance: int) -> Array:
+  """T5's log-spaced bucket of a relative position (key - query).
+
+  Args:
+    relative: int array of `key_pos - query_pos`, any shape.
+    bidirectional: whether future keys get their own buckets (encoders).
+    num_buckets: total buckets.
+    max_distance: distances beyond this share the last bucket.
+
+  Returns:
+    int32 buckets in [0, num_buckets), same shape.
+  """
+  bucket = jnp.zeros_like(relative)
+  n = num_buckets
+  if bidirectional:
+    n //= 2
+    bucket = bucket + (relative > 0).astype(relative.dtype) * n
+    distance = jnp.abs(relative)
+  else:
+    distance = -jnp.minimum(relative, 0)
+  exact = n // 2
+  is_small = distance < exact
+  # Guard log(0); small distances take the exact branch anyway.
+  log_ratio = jnp.log(jnp.maximum(distance, 1).astype(jnp.float32) / exact)
+  large = exact + (log_ratio / np.log(max_distance / exact)
+                   * (n - exact)).astype(relative.dtype)
+  large = jnp.minimum(large, n - 1)
+  return (bucket + jnp.where(is_small, distance, large)).astype(jnp.int32)
+
+
+class RelativePositionBias(nn.Module):
+  """T5 relative position bias, added to attention logits (`bias=`).
+
+  Attributes:
+    num_heads: N.
+    num_buckets: buckets of `relative_position_bucket`.
+    max_distance: see `relative_position_bucket`.
+    bidirectional: True for encoders, False for causal decoders.
+  """
+  num_heads: int
+  num_buckets: int = 32
+  max_distance: int = 128
+  bidirectional: bool = True
+
+  @nn.compact
+  def __call__(self, q_positions: Array, k_positions: Array) -> Array:
+    """q_positions [B, T], k_positions [B, S] int -> bias [B, N, T, S] f32."""
+    table = param_with_axes(self, "rel_embedding", default_init,
+                            (self.num_buckets, self.num_heads),
+                            ("relpos_buckets", "heads"))
+    relative = k_positions[:, None, :] - q_positions[:, :, None]
+    buckets = relative_position_bucket(
+        relative, bidirectional=self.bidirectional,
+        num_buckets=self.num_buckets, max_distance=self.max_distance)
+    return jnp.take(table, buckets, axis=0).transpose(0, 3, 1, 2)
+
+
+# ----------------------------------------------------------------- masks ---
+
+
+def segment_mask(q_segments: Array, k_segments: Array | None = None) -> Array:
+  """Padding and packed-document mask.
+
+  Args:
+    q_segments: [B, T] int, 0 = padding, equal non-zero ids = one document.
+    k_segments: [B, S] int, defaults to `q_segments`.
+
+  Returns:
+    [B, T, S] bool: key non-padding and in the query's document.
+  """
+  k_segments = q_segments if k_segments is None else k_segments
+  return ((q_segments[:, :, None] == k_segments[:, None, :])
+          & (k_segments[:, None, :] != 0))
+
+
+def key_padding_mask(k_segments: Array, q_length: int) -> Array:
+  """[B, S] int (0 = pad) -> [B, T, S] bool: every query sees real keys."""
+  keep = k_segments != 0
+  return jnp.broadcast_to(keep[:, None, :],
+                          (keep.shape[0], q_length, keep.shape[1]))
+
+
+def causal_mask(q_length: int, k_length: int | None = None) -> Array:
+  """[1, T, S] bool: key index <= query index (aligned at the end)."""
+  k_length = q_length if k_length is None else k_length
+  q = jnp.arange(q_length)[:, None] + (k_length - q_length)
+  return (jnp.arange(k_length)[None, :] <= q)[None]
+
+
+def prefix_lm_mask(prefix_lengths: Array, length: int) -> Array:
+  """Prefix-LM mask: bidirectional over the prefix, causal after it.
+
+  This is also UniLM's sequence-to-sequence mask: source tokens see the
+  whole source, target tokens see the source and the target to their left.
+
+  Args:
+    prefix_lengths: [B] int, the length of each row's prefix (source).
+    length: T.
+
+  Returns:
+    [B, T, T] bool.
+  """
+  idx = jnp.arange(length)
+  in_prefix = idx[None, None, :] < prefix_lengths[:, None, None]
+  return in_prefix | (idx[None, None, :] <= idx[None, :, None])
+
+
+seq2seq_mask = prefix_lm_mask
+
+
+def combine_masks(*masks: Array | None) -> Array | None:
+  """AND of the given [B|1, T, S] bool masks; None entries are skipped."""
+  masks = [m for m in masks if m is not None]
+  if not masks:
+    return None
+  out = masks[0].astype(bool)
+  for m in masks[1:]:
+    out = out & m.astype(bool)
+  return out
+
+
+# ------------------------------------------------------------- attention ---
+
+
+def _dense_attention(q, k, v, mask, bias, scale, dtype, dropout):
+  logits = einsum("btnh,bsnh->bnts", q * scale, k, dtype)
+  if bias is not None:
+    logits = logits + bias.astype(jnp.float32)
+  if mask is not None:
+    logits = jnp.where(mask, logits, _MASK_VALUE)
+  probs = jax.nn.softmax(logits, axis=-1)
+  if dropout is not None:
+    probs = dropout(probs)
+  return einsum("bnts,bsnh->btnh", probs, v, dtype)
+
+
+def attention(q: Array, k: Array, v: Array, *, mask: Array | None = None,
+              bias: Array | None = None, scale: float | None = None,
+              dtype: str = "float32", impl: str = "auto",
+              dropout: Callable[[Array], Array] | None = None) -> Array:
+  """Multi-head dot-product attention, the one kernel of the zoo.
+
+  Args:
+    q: [B, T, N, H] queries.
+    k: [B, S, N, H] keys.
+    v: [B, S, N, H] values.
+    mask: bool, True = may attend; [B|1, T, S] or [B|1, N|1, T, S].
+    bias: float added to the logits, broadcastable to [B, N, T, S].
+    scale: logit scale; None = 1 / sqrt(H).
+    dtype: compute dtype name; logits and softmax are float32 either way.
+    impl: "einsum" (exact, supports dropout), "xla" or "cudnn"
+      (`jax.nn.dot_product_attention`), or "auto": cuDNN flash attention on
+      GPU in bfloat16, else einsum.
+    dropout: applied to the attention probabilities (forces "einsum").
+
+  Returns:
+    [B, T, N, H] float32.
+  """
+  cdtype = compute_dtype(dtype)
+  scale = q.shape[-1] ** -0.5 if scale is None else scale
+  if mask is not None and mask.ndim == 3:
+    mask = mask[:, None]
+  if impl not in ("auto", "einsum", "xla", "cudnn"):
+    raise ValueError(f"unknown attention impl {impl!r}")
+  if impl == "auto":
+    on_gpu = jax.default_backend() == "gpu"
+    impl = "cudnn" if on_gpu and cdtype == jnp.bfloat16 else "einsum"
+  if impl == "einsum" or dropout is not None:
+    return _dense_attention(q, k, v, mask, bias, scale, cdtype, dropout)
+  out = jax.nn.dot_product_attention(
+      q.astype(cdtype), k.astype(cdtype), v.astype(cdtype),
+      bias=None if bias is None else bias.astype(cdtype), mask=mask,
+      scale=scale, implementation=impl)
+  return out.astype(jnp.float32)
+
+
+class MultiHeadAttention(nn.Module):
+  """Self- or cross-attention with separate query/key/value projections.
+
+  Params: query/key/value kernels [D, N, H] (`embed, heads, kv`), out kernel
+  [N, H, D] (`heads, kv, embed`), biases when `use_bias`.
+
+  Attributes:
+    num_heads: N.
+    head_dim: H.
+    dtype: compute dtype name.
+    use_bias: projection biases (BERT yes, T5 no).
+    scale: logit scale; None = 1 / sqrt(H) (T5 uses 1.0).
+    dropout_rate: dropout on the attention probabilities.
+    impl: see `attention`.
+    out_features: D of the output; None = D of the query input.
+  """
+  num_heads: int
+  head_dim: int
+  dtype: str = "float32"
+  use_bias: bool = True
+  scale: float | None = None
+  dropout_rate: float = 0.0
+  impl: str = "auto"
+  out_features: int | None = None
+  kernel_init: Initializer = default_init
+
+  @nn.compact
+  def __call__(self, x: Array, kv: Array | None = None, *,
+               mask: Array | None = None, bias: Array | None = None,
+               deterministic: bool = True) -> Array:
+    """x [B, T, D], kv [B, S, D] (None = self) -> [B, T, D] float32."""
+    kv = x if kv is None else kv
+    proj = lambda name: Dense(  # pylint: disable=g-long-lambda
+        (self.num_heads, self.head_dim), ("embed", "heads", "kv"),
+        use_bias=self.use_bias, dtype=self.dtype,
+        kernel_init=self.kernel_init, name=name)
+    q, k, v = proj("query")(x), proj("key")(kv), proj("value")(kv)
+    dropout = None
+    if self.dropout_rate > 0 and not deterministic:
+      dropout = nn.Dropout(self.dropout_rate, deterministic=False)
+    out = attention(q, k, v, mask=mask, bias=bias, scale=self.scale,
+                    dtype=self.dtype, impl=self.impl, dropout=dropout)
+    return Dense(self.out_features or x.shape[-1], ("heads", "kv", "embed"),
+                 in_dims=2, use_bias=self.use_bias, dtype=self.dtype,
+                 kernel_init=self.kernel_init, name="out")(out)
+
+
+# ------------------------------------------------------------ mlp, norms ---
+
+ACTIVATIONS = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+}
+
+
+def activation_fn(name: str) -> Callable[[Array], Array]:
+  """The function of an activation name ("gated_" prefix stripped)."""
+  base = name.removeprefix("gated_")
+  if base not in ACTIVATIONS:
+    raise ValueError(f"unknown activation {name!r}; known: "
+                     f"{sorted(ACTIVATIONS)} and their 'gated_' forms")
+  return ACTIVATIONS[base]
+
+
+class Mlp(nn.Module):
+  """Position-wise feed-forward: D -> F -> D.
+
+  "gated_<act>" (T5 v1.1) computes act(x wi_0) * (x wi_1); otherwise
+  act(x wi). Params: wi or wi_0/wi_1 [D, F] (`embed, mlp`), wo [F, D].
+
+  Attributes:
+    mlp_dim: F.
+    activation: "gelu" (exact erf), "gelu_tanh", "relu", "silu", or gated_.
+    use_bias: biases on both projections.
+    dropout_rate: dropout on the hidden [.., F] activations (T5 style).
+    dtype: compute dtype name.
+  """
+  mlp_dim: int
+  activation: str = "gelu"
+  use_bias: bool = True
+  dropout_rate: float = 0.0
+  dtype: str = "float32"
+  kernel_init: Initializer = default_init
+
+  @nn.compact
+  def __call__(self, x: Array, deterministic: bool = True) -> Array:
+    """x [B, T, D] -> [B, T, D] float32."""
+    act = activation_fn(self.activation)
+    dense = lambda f, axes, name: Dense(  # pylint: disable=g-long-lambda
+        f, axes, use_bias=self.use_bias, dtype=self.dtype,
+        kernel_init=self.kernel_init, name=name)
+    if self.activation.startswith("gated_"):
+      h = (act(dense(self.mlp_dim, ("embed", "mlp"), "wi_0")(x))
+           * dense(self.mlp_dim, ("embed", "mlp"), "wi_1")(x))
+    else:
+      h = act(dense(self.mlp_dim, ("embed", "mlp"), "wi")(x))
+    h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
+    return dense(x.shape[-1], ("mlp", "embed"), "wo")(h)
+
+
+class LayerNorm(nn.Module):
+  """LayerNorm over the last axis, computed in float32.
+
+  Attributes:
+    epsilon: added to the variance.
+    use_bias: learn a shift.
+  """
+  epsilon: float = 1e-12
+  use_bias: bool = True
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    """x [..., D] -> [..., D] float32."""
+    x = x.astype(jnp.float32)
+    d = x.shape[-1]
+    mean = x.mean(-1, keepdims=True)
+    var = jnp.square(x - mean).mean(-1, keepdims=True)
+    y = (x - mean) * jax.lax.rsqrt(var + self.epsilon)
+    y = y * param_with_axes(self, "scale", nn.initializers.ones, (d,),
+                            ("embed",))
+    if self.use_bias:
+      y = y + param_with_axes(self, "bias", nn.initializers.zeros, (d,),
+                              ("embed",))
+    return y
+
+
+class RMSNorm(nn.Module):
+  """Root-mean-square norm (T5), computed in float32, scale only."""
+  epsilon: float = 1e-6
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    """x [..., D] -> [..., D] float32."""
+    x = x.astype(jnp.float32)
+    var = jnp.square(x).mean(-1, keepdims=True)
+    scale = param_with_axes(self, "scale", nn.initializers.ones,
+                            (x.shape[-1],), ("embed",))
+    return x * jax.lax.rsqrt(var + self.epsilon) * scale
+
+
+def make_norm(kind: str, epsilon: float, name: str | None = None) -> Any:
+  """A norm module by kind: "layernorm" | "rmsnorm"."""
+  if kind == "layernorm":
+    return LayerNorm(epsilon=epsilon, name=name)
+  if kind == "rmsnorm":
+    return RMSNorm(epsilon=epsilon, name=name)
+  raise ValueError(f"unknown norm {kind!r}; use 'layernorm' or 'rmsnorm'")
+
+
+class Adapter(nn.Module):
+  """Bottleneck adapter (Houlsby et al.): x + up(gelu(down(x))).
+
+  The up projection starts at zero, so an added adapter is the identity.
+  Params: down [D, A] (`embed, adapter`), up [A, D] (`adapter, embed`).
+
+  Attributes:
+    dim: the bottleneck width A.
+    dtype: compute dtype name.
+  """
+  dim: int
+  dtype: str = "float32"
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    """x [B, T, D] -> [B, T, D] float32."""
+    h = Dense(self.dim, ("embed", "adapter"), dtype=self.dtype,
+              kernel_init=nn.initializers.normal(1e-3), name="down")(x)
+    h = jax.nn.gelu(h, approximate=False)
+    return x + Dense(x.shape[-1], ("adapter", "embed"), dtype=self.dtype,
+                     kernel_init=nn.initializers.zeros, name="up")(h)

@@ -1,0 +1,57 @@
+"""Masks and defaults shared by the encoder-decoder families (T5, BART).
+
+Segment ids follow the batch contract: 0 = padding, equal non-zero ids =
+one packed document. In packed mode a decoder token attends (across) only
+to encoder tokens of its own document.
+
+Letters: B batch, T decoder (query) length, S encoder (key) length.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from zoo.models import layers
+
+Array = jax.Array
+
+
+def arange_positions(tokens: Array, positions: Array | None = None) -> Array:
+  """positions, or int32 [B,T] arange(T) per row when None."""
+  if positions is not None:
+    return positions
+  return jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32),
+                          tokens.shape)
+
+
+def encoder_segments(tokens: Array, pad_id: int,
+                     segment_ids: Array | None) -> Array:
+  """int32 [B,S]: segment_ids, or 1 on non-padding tokens when None."""
+  if segment_ids is not None:
+    return segment_ids
+  return (tokens != pad_id).astype(jnp.int32)
+
+
+def encoder_mask(segment_ids: Array, mask: Array | None = None) -> Array:
+  """bool [B,S,S]: same document, non-padding key; AND an extra mask."""
+  return layers.combine_masks(layers.segment_mask(segment_ids), mask)
+
+
+def decoder_mask(length: int, segment_ids: Array | None = None,
+                 mask: Array | None = None) -> Array:
+  """bool [B|1,T,T]: causal AND same document (when given) AND mask."""
+  seg = None if segment_ids is None else layers.segment_mask(segment_ids)
+  return layers.combine_masks(layers.causal_mask(length), seg, mask)
+
+
+def cross_mask(enc_segment_ids: Array, dec_segment_ids: Array | None,
+               length: int) -> Array:
+  """bool [B,T,S]: non-padding encoder keys, of the query's document.
+
+  Args:
+    enc_segment_ids: int [B,S], 0 = padding.
+    dec_segment_ids: int [B,T] or None (every query sees every real key).
+    length: T.
+  """
+  if dec_segment_ids is None:
+    return layers.key_padding_mask(enc_segment_ids, length)
+  return layers.segment_mask(dec_segment_ids, enc_segment_ids)

@@ -1,0 +1,69 @@
+"""The optimizer of the one trainer: AdamW, a schedule, clipping.
+
+Config (`config.optimizer`):
+  lr: peak learning rate.
+  warmup_steps: linear warmup from 0 to `lr`.
+  decay: "linear", "cosine" or "constant" after the warmup.
+  decay_steps: where the decay ends (-1: `config.steps`).
+  end_lr_ratio: the learning rate at the end, as a fraction of `lr`.
+  b1, b2, eps, weight_decay: AdamW's; no decay on vectors (biases, norms).
+  clip_norm: global gradient norm clip (0 or less: none).
+"""
+
+import jax
+import optax
+
+_DECAYS = ("linear", "cosine", "constant")
+
+
+def schedule(opt_cfg, steps: int) -> optax.Schedule:
+  """Learning rate as a function of the int32 step count."""
+  lr = float(opt_cfg.lr)
+  warmup = int(opt_cfg.warmup_steps)
+  total = int(opt_cfg.get("decay_steps", -1))
+  total = steps if total < 0 else total
+  end = lr * float(opt_cfg.get("end_lr_ratio", 0.0))
+  decay = opt_cfg.get("decay", "linear")
+  if decay not in _DECAYS:
+    raise ValueError(f"optimizer.decay {decay!r} is not one of {_DECAYS}")
+  rest = max(total - warmup, 1)
+  if decay == "linear":
+    after = optax.linear_schedule(lr, end, rest)
+  elif decay == "cosine":
+    after = optax.cosine_decay_schedule(lr, rest, alpha=end / lr if lr else 0)
+  else:
+    after = optax.constant_schedule(lr)
+  if warmup <= 0:
+    return after
+  return optax.join_schedules(
+      [optax.linear_schedule(0.0, lr, warmup), after], [warmup])
+
+
+def _decay_mask(params):
+  # Weight decay on matrices only: biases, norm scales and gains stay free.
+  return jax.tree_util.tree_map(lambda p: p.ndim > 1, params)
+
+
+def make(opt_cfg, steps: int) -> optax.GradientTransformation:
+  """AdamW with clipping and the configured schedule.
+
+  Args:
+    opt_cfg: the `config.optimizer` ConfigDict (fields above).
+    steps: the run's total number of steps.
+
+  Returns:
+    An optax transformation over float32 params of any tree.
+  """
+  name = opt_cfg.get("name", "adamw")
+  if name != "adamw":
+    raise ValueError(f"optimizer.name {name!r} is not supported; use 'adamw'")
+  parts = []
+  clip = float(opt_cfg.get("clip_norm", 0.0))
+  if clip > 0:
+    parts.append(optax.clip_by_global_norm(clip))
+  parts.append(optax.adamw(
+      schedule(opt_cfg, steps), b1=float(opt_cfg.get("b1", 0.9)),
+      b2=float(opt_cfg.get("b2", 0.999)), eps=float(opt_cfg.get("eps", 1e-8)),
+      weight_decay=float(opt_cfg.get("weight_decay", 0.01)),
+      mask=_decay_mask))
+  return optax.chain(*parts)

@@ -1,0 +1,235 @@
+"""The one trainer: any (model, objective) pair on any device mesh.
+
+    python -m zoo.train --config configs/bert_mlm.py:tiny --workdir DIR \\
+        [--config.steps=100 ...] \\
+        [--coordinator_address HOST:PORT --num_processes N --process_id I]
+
+Or from Python: `train(config, workdir) -> dict of final metrics`.
+
+A rerun of the same command in the same workdir resumes from the latest
+complete checkpoint, exactly: params, optimizer, step, and the data stream.
+"""
+
+import json
+import os
+import time
+
+import jax
+from absl import app, flags, logging
+from ml_collections import config_flags
+from tqdm import tqdm
+
+from zoo import checkpoint as ckpt_lib
+from zoo import distributed, optim, sharding
+from zoo import train_lib as lib
+from zoo.metrics_log import MetricsLog, summarize
+
+REQUIRED = ("model", "size", "objective", "data", "steps", "batch_size",
+            "seq_len", "seed", "mesh", "rules", "optimizer",
+            "checkpoint_every", "log_every")
+
+
+def check_config(config, mesh) -> None:
+  """Raises ValueError on missing keys or batch sizes the mesh cannot split."""
+  missing = [k for k in REQUIRED if k not in config]
+  if missing:
+    raise ValueError(f"config lacks the keys {missing}")
+  rows, micro = int(config.batch_size), int(config.get("microbatches", 1))
+  procs = jax.process_count()
+  shards = sharding.batch_divisor(mesh, config.rules)
+  if micro < 1 or rows % micro:
+    raise ValueError(f"batch_size {rows} is not divisible by microbatches "
+                     f"{micro}")
+  if rows % procs:
+    raise ValueError(f"batch_size {rows} is not divisible by the "
+                     f"{procs} processes")
+  if (rows // micro) % shards:
+    raise ValueError(
+        f"microbatch of {rows // micro} rows (batch_size {rows} / "
+        f"microbatches {micro}) is not divisible by the {shards} batch "
+        f"shards of mesh {dict(mesh.shape)}")
+
+
+class _Run:
+  """The state of one call to `train`: loaders, jitted steps, writers."""
+
+  def __init__(self, config, workdir: str):
+    self.config, self.workdir = config, workdir
+    self.mesh = sharding.make_mesh(config.mesh)
+    check_config(config, self.mesh)
+    self.rows = int(config.batch_size)
+    self.local_rows = self.rows // jax.process_count()
+    self.loader = lib.build_loader(config, "train", self.local_rows,
+                                   int(config.seed))
+    self.objective = lib.build_objective(
+        config, lib.specials_of(config, self.loader))
+    steps = int(config.steps)
+    self.tx = optim.make(config.optimizer, steps)
+    self.setup = lib.setup_state(self.objective, self.tx, config, self.mesh)
+    self.train_step = lib.make_train_step(
+        self.objective, self.tx, config, self.setup,
+        optim.schedule(config.optimizer, steps))
+    self.eval_step = lib.make_eval_step(self.objective, config, self.setup)
+    self.ckpt = ckpt_lib.Checkpointer(
+        workdir, keep=int(config.get("keep_checkpoints", 3)))
+    self.log = MetricsLog(workdir, enabled=distributed.is_main())
+    self.valid = None
+
+  def start(self):
+    """The restored state and step, or a fresh sharded init at 0."""
+    latest = self.ckpt.latest_step()
+    if latest is None:
+      return self.setup.init(lib.init_rng(int(self.config.seed))), 0
+    target = ckpt_lib.with_shardings(self.setup.abstract, self.setup.shardings)
+    state, meta = self.ckpt.restore(latest, target)
+    data_states = meta["data"]
+    if len(data_states) != jax.process_count():
+      raise ValueError(
+          f"checkpoint {latest} was saved by {len(data_states)} processes; "
+          f"this run has {jax.process_count()}, so the data stream cannot "
+          "resume exactly")
+    self.loader.set_state(data_states[jax.process_index()])
+    logging.info("resumed from step %d", latest)
+    return state, latest
+
+  def check_finite(self, state) -> None:
+    """Stops the run if some step had a non-finite loss or gradient."""
+    if self.config.get("skip_nonfinite", False):
+      return
+    bad = int(jax.device_get(state["bad_step"]))
+    if bad >= 0:
+      self.ckpt.wait()
+      raise FloatingPointError(
+          f"non-finite loss or gradient at step {bad}; the run stopped with "
+          f"its last good checkpoint (step {self.ckpt.latest_step()}) kept in "
+          f"{self.ckpt.directory}. Set config.skip_nonfinite=True to skip such "
+          "updates instead")
+
+  def save(self, state, step: int) -> None:
+    """Starts an async checkpoint of `state` with every process's data state."""
+    self.check_finite(state)
+    meta = {"step": step, "seed": int(self.config.seed),
+            "data": distributed.allgather_json(self.loader.get_state()),
+            "config": json.loads(self.config.to_json_best_effort())}
+    self.ckpt.save(step, state, meta)
+
+  def evaluate(self, params) -> dict[str, float]:
+    """Metrics over the first `eval_steps` validation batches."""
+    config = self.config
+    if self.valid is None:
+      self.valid = lib.build_loader(config, "validation", self.local_rows,
+                                    int(config.seed))
+      self.valid_start = self.valid.get_state()
+    self.valid.set_state(self.valid_start)
+    acc = None
+    for index in range(int(config.get("eval_steps", 1))):
+      batch = lib.global_batch(next(self.valid), self.setup.batch_sharding,
+                               self.rows)
+      metrics = self.eval_step(params, batch, index)
+      acc = metrics if acc is None else lib.add_metrics(acc, metrics)
+    return summarize(jax.device_get(acc))
+
+  def loop(self, state, step: int) -> dict[str, float]:
+    """Trains from `step` to `config.steps`; returns the last metrics."""
+    config, steps = self.config, int(self.config.steps)
+    log_every = max(int(config.log_every), 1)
+    every = lambda n, k: k > 0 and n % k == 0
+    final, acc, mark = {"step": step}, None, (time.time(), step)
+    bar = tqdm(total=steps, initial=step, disable=not distributed.is_main(),
+               dynamic_ncols=True, desc="train")
+    while step < steps:
+      batch = lib.global_batch(next(self.loader), self.setup.batch_sharding,
+                               self.rows)
+      state, metrics = self.train_step(state, batch)
+      acc = metrics if acc is None else lib.add_metrics(acc, metrics)
+      step += 1
+      bar.update(1)
+      if every(step, log_every) or step == steps:
+        self.check_finite(state)
+        scalars = summarize(jax.device_get(acc))
+        now = time.time()
+        scalars["tokens_per_s"] = ((step - mark[1]) * self.rows
+                                   * int(config.seq_len) / (now - mark[0]))
+        acc, mark = None, (now, step)
+        self.log.write(step, "train", scalars)
+        bar.set_postfix(loss=f"{scalars['loss']:.4f}",
+                        tok_s=f"{scalars['tokens_per_s']:.0f}")
+        final.update(scalars, step=step)
+      if every(step, int(config.get("eval_every", 0))) or (
+          step == steps and int(config.get("eval_steps", 0)) > 0):
+        scalars = self.evaluate(state["params"])
+        self.log.write(step, "eval", scalars)
+        final.update({f"eval_{k}": v for k, v in scalars.items()})
+      if every(step, int(config.checkpoint_every)) or step == steps:
+        self.save(state, step)
+    bar.close()
+    self.state = state
+    return final
+
+  def close(self) -> None:
+    self.ckpt.close()
+    self.log.close()
+
+
+def train(config, workdir: str) -> dict[str, float]:
+  """Trains `config` in `workdir`, resuming from its latest checkpoint.
+
+  Args:
+    config: an ml_collections ConfigDict with the keys of
+      `configs/common.py` (`model`, `objective`, `data`, `steps`, ...).
+    workdir: where config.json, checkpoints/, metrics.jsonl and
+      tensorboard/ go. Every process must see the same directory.
+
+  Returns:
+    The last logged train scalars (`loss`, `grad_norm`, `lr`,
+    `tokens_per_s`, the objective's ratios), `eval_*` ones, and `step`.
+
+  Raises:
+    FloatingPointError: a non-finite loss, unless `skip_nonfinite`.
+    ValueError: a config the mesh, rules or batch size cannot run.
+  """
+  run = _Run(config, workdir)
+  try:
+    ckpt_lib.write_config(workdir, config)
+    tokenizer = getattr(run.loader, "tokenizer", None)
+    if tokenizer is not None and distributed.is_main():
+      tokenizer.save(os.path.join(workdir, "tokenizer"))
+    with sharding.activate(run.mesh, run.setup.rules):
+      state, step = run.start()
+      return run.loop(state, step)
+  finally:
+    run.close()
+
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Python config file with get_config(arg), as path[:arg].",
+    lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Where the run writes.")
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None, "HOST:PORT of process 0 (multi-process).")
+_NUM_PROCESSES = flags.DEFINE_integer(
+    "num_processes", None, "Number of processes (multi-process).")
+_PROCESS_ID = flags.DEFINE_integer(
+    "process_id", None, "This process's index (multi-process).")
+
+
+def main(argv) -> None:
+  """The CLI: starts the runtime, then trains the flag's config."""
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  if _CONFIG.value is None or _WORKDIR.value is None:
+    raise app.UsageError("--config and --workdir are required")
+  distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value,
+                         _PROCESS_ID.value)
+  final = train(_CONFIG.value, _WORKDIR.value)
+  if distributed.is_main():
+    print(json.dumps(final))
+
+
+def run() -> None:
+  """Entry point: parses flags and runs `main`."""
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,249 @@
+"""Pieces of the one trainer: data, sharded state, the jitted steps.
+
+The train state is a dict of jax Arrays:
+  step: int32 scalar, updates applied so far.
+  params: the objective's params (float32), sharded by their logical axes.
+  opt_state: the optax state, sharded like the params it mirrors.
+  bad_step: int32 scalar, the first step whose loss or gradient was not
+    finite (-1: none yet). Such a step leaves params and optimizer as they
+    were, so the host can stop (or go on) without losing a good state.
+"""
+
+import dataclasses
+from typing import Any, Callable, Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import data as data_lib
+import objectives
+from data.synthetic import SyntheticLoader
+from zoo import sharding
+
+BATCH_KEYS = ("tokens", "doc_ids", "sentence_ids", "word_ids", "phrase_ids")
+
+
+def build_loader(config, split: str, batch_size: int, seed: int):
+  """This process's batch iterator for `split` ("train" or "validation").
+
+  Args:
+    config: the run config (reads `data`, `seq_len`).
+    split: which stream.
+    batch_size: rows per process.
+    seed: the stream's seed.
+
+  Returns:
+    An iterator of int32 `[batch_size, T]` dicts with `get_state()` and
+    `set_state()`; real sources also have `.tokenizer`.
+  """
+  kwargs = dict(seq_len=int(config.seq_len), batch_size=batch_size, seed=seed,
+                process_index=jax.process_index(),
+                process_count=jax.process_count())
+  if config.data.source == "synthetic":
+    if split != "train":
+      kwargs["seed"] = seed + 1_000_003  # held-out rows, never trained on
+    return SyntheticLoader(vocab_size=int(config.data.get("vocab_size", 512)),
+                           **kwargs)
+  return data_lib.pretrain_loader(config.data, split=split, **kwargs)
+
+
+def specials_of(config, loader) -> objectives.Specials:
+  """The special token ids: the loader's tokenizer's, else defaults."""
+  tokenizer = getattr(loader, "tokenizer", None)
+  if tokenizer is not None:
+    return objectives.Specials(**tokenizer.specials())
+  return objectives.Specials(vocab_size=int(config.data.get("vocab_size", 512)))
+
+
+def build_objective(config, specials: objectives.Specials):
+  """The objective the config names, bound to its model and size."""
+  options = dict(config.get("objective_args", {}) or {})
+  model_args = dict(config.get("model_args", {}) or {})
+  if model_args:
+    options["model_args"] = model_args
+  return objectives.build(config.objective, model=config.model,
+                          size=config.size, specials=specials, **options)
+
+
+def example_batch(seq_len: int, rows: int = 1) -> dict[str, np.ndarray]:
+  """A `[rows, T]` int32 batch of the contract's keys, for shape tracing."""
+  batch = {k: np.zeros((rows, seq_len), np.int32) for k in BATCH_KEYS}
+  batch["tokens"][:] = 7
+  for key in BATCH_KEYS[1:4]:
+    batch[key][:] = 1
+  return batch
+
+
+@dataclasses.dataclass
+class Setup:
+  """What the loop needs: mesh, rules, shardings and the jitted functions."""
+  mesh: jax.sharding.Mesh
+  rules: tuple
+  abstract: Any          # state of ShapeDtypeStructs (unboxed)
+  shardings: Any         # NamedSharding per state leaf
+  init: Callable         # rng -> sharded state
+  batch_sharding: jax.sharding.NamedSharding
+
+
+def setup_state(objective, tx, config, mesh) -> Setup:
+  """Derives the state's shardings abstractly and jits a sharded init.
+
+  Params and optimizer state are never materialized unsharded: the init is
+  traced once with `jax.eval_shape`, its logical boxes give shardings, and
+  the real init runs under `jax.jit(out_shardings=...)`.
+  """
+  rules = sharding.check_rules(config.rules)
+  example = example_batch(int(config.seq_len))
+
+  def init_boxed(rng):
+    params = objective.init(rng, example)
+    return {"step": jnp.zeros((), jnp.int32), "params": params,
+            "opt_state": tx.init(params),
+            "bad_step": jnp.full((), -1, jnp.int32)}
+
+  with sharding.activate(mesh, rules):
+    boxed = jax.eval_shape(init_boxed, jax.random.key(0))
+  shardings = sharding.logical_shardings(boxed, mesh, rules)
+  init = jax.jit(lambda rng: sharding.unbox(init_boxed(rng)),
+                 out_shardings=shardings)
+  return Setup(mesh=mesh, rules=rules, abstract=sharding.unbox(boxed),
+               shardings=shardings, init=init,
+               batch_sharding=sharding.batch_sharding(mesh, rules))
+
+
+def global_batch(local: dict[str, np.ndarray], batch_sharding,
+                 global_rows: int) -> dict[str, jax.Array]:
+  """Global `[B, T]` arrays from every process's `[B/processes, T]` share."""
+  out = {}
+  for key, value in local.items():
+    shape = (global_rows,) + tuple(value.shape[1:])
+    out[key] = jax.make_array_from_process_local_data(
+        batch_sharding, np.asarray(value, np.int32), shape)
+  return out
+
+
+def _grads(objective, params, batch, rng):
+  """Gradient of the mean loss, with the loss weight for accumulation."""
+  def f(p):
+    loss, metrics = objective.loss(p, batch, rng, deterministic=False)
+    return loss, metrics
+  (loss, metrics), grads = jax.value_and_grad(f, has_aux=True)(params)
+  weight = jax.lax.stop_gradient(
+      jnp.asarray(metrics.get("weight_sum", 1.0), jnp.float32))
+  return grads, loss, metrics, weight
+
+
+def _split_micro(batch, micro: int, mesh, rules):
+  """`[B, T]` -> `[M, B/M, T]` keeping each device's rows on that device."""
+  spec = sharding.mesh_axes_for((None, "batch", None), rules)
+  def one(x):
+    x = x.reshape((x.shape[0] // micro, micro) + x.shape[1:])
+    x = jnp.swapaxes(x, 0, 1)
+    return jax.lax.with_sharding_constraint(
+        x, jax.sharding.NamedSharding(mesh, spec))
+  return jax.tree_util.tree_map(one, batch)
+
+
+def accumulated_grads(objective, params, batch, rng, micro: int, mesh, rules):
+  """Grads, loss and metric sums of a batch, over `micro` microbatches.
+
+  Each microbatch's gradient of its mean loss is weighted by its
+  `weight_sum`, so the result is the gradient of the whole batch's mean
+  loss (as one big step computes it), up to float rounding.
+  """
+  if micro == 1:
+    grads, loss, metrics, _ = _grads(objective, params, batch, rng)
+    return grads, loss, metrics
+  parts = _split_micro(batch, micro, mesh, rules)
+
+  def body(carry, xs):
+    index, part = xs
+    grads, loss, metrics, weight = _grads(
+        objective, params, part, jax.random.fold_in(rng, index))
+    scaled = jax.tree_util.tree_map(lambda g: g * weight, grads)
+    add = lambda a, b: jax.tree_util.tree_map(jnp.add, a, b)
+    return add(carry, (scaled, loss * weight, metrics, weight)), None
+
+  first = jax.eval_shape(lambda: _grads(objective, params, jax.tree_util
+                                        .tree_map(lambda x: x[0], parts), rng))
+  zeros = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype),
+                                 (first[0], first[1], first[2], first[3]))
+  (grads, loss, metrics, weight), _ = jax.lax.scan(
+      body, zeros, (jnp.arange(micro), parts))
+  grads = jax.tree_util.tree_map(lambda g: g / weight, grads)
+  return grads, loss / weight, metrics
+
+
+def init_rng(seed: int) -> jax.Array:
+  """The key params are initialized from."""
+  return jax.random.split(jax.random.key(seed))[0]
+
+
+def step_root(seed: int) -> jax.Array:
+  """The key each step's rng (dropout, corruption) is folded from."""
+  return jax.random.split(jax.random.key(seed))[1]
+
+
+def make_train_step(objective, tx, config, setup: Setup, lr_fn):
+  """The jitted, donated step `(state, batch) -> (state, metrics)`.
+
+  `batch` holds global int32 `[B, T]` arrays; `metrics` the objective's
+  sums plus per-step `step_loss`, `grad_norm`, `lr`, `steps` (=1) and
+  `nonfinite` (1 when the update was not applied).
+  """
+  micro, seed = int(config.microbatches), int(config.seed)
+
+  def step(state, batch):
+    rng = jax.random.fold_in(step_root(seed), state["step"])
+    grads, loss, metrics = accumulated_grads(
+        objective, state["params"], batch, rng, micro, setup.mesh,
+        setup.rules)
+    grad_norm = optax.tree.norm(grads)
+    ok = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+    params = optax.apply_updates(state["params"], updates)
+    keep = lambda new, old: jax.tree_util.tree_map(
+        lambda a, b: jnp.where(ok, a, b), new, old)
+    bad = jnp.where((state["bad_step"] < 0) & ~ok, state["step"] + 1,
+                    state["bad_step"])
+    new = {"step": state["step"] + 1, "params": keep(params, state["params"]),
+           "opt_state": keep(opt_state, state["opt_state"]), "bad_step": bad}
+    metrics = dict(metrics, step_loss=loss, grad_norm=grad_norm,
+                   lr=lr_fn(state["step"]), steps=jnp.float32(1),
+                   nonfinite=(~ok).astype(jnp.float32))
+    return new, jax.tree_util.tree_map(
+        lambda m: jnp.asarray(m, jnp.float32), metrics)
+
+  rep = sharding.replicated(setup.mesh)
+  return jax.jit(step, in_shardings=(setup.shardings, setup.batch_sharding),
+                 out_shardings=(setup.shardings, rep), donate_argnums=0)
+
+
+def make_eval_step(objective, config, setup: Setup):
+  """Jitted `(params, batch, index) -> metric sums` without dropout."""
+  seed = int(config.seed)
+
+  def step(params, batch, index):
+    rng = jax.random.fold_in(jax.random.key(seed + 1), index)
+    loss, metrics = objective.loss(params, batch, rng, deterministic=True)
+    metrics = dict(metrics, step_loss=loss, steps=1.0)
+    return jax.tree_util.tree_map(lambda m: jnp.asarray(m, jnp.float32),
+                                  metrics)
+
+  return jax.jit(step, in_shardings=(setup.shardings["params"],
+                                     setup.batch_sharding, None),
+                 out_shardings=sharding.replicated(setup.mesh))
+
+
+@jax.jit
+def add_metrics(a, b):
+  """Elementwise sum of two metric dicts (same keys)."""
+  return jax.tree_util.tree_map(jnp.add, a, b)
+
+
+def batches(loader, setup: Setup, global_rows: int) -> Iterator[dict]:
+  """Global batches from a per-process loader."""
+  for local in loader:
+    yield global_batch(local, setup.batch_sharding, global_rows)
