@@ -32,18 +32,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
   c.rules = DEFAULT_RULES       # (logical axis, mesh axes or None) pairs
 
-  c.optimizer = ml_collections.ConfigDict()
-  c.optimizer.name = "adamw"    # the only one: AdamW, decoupled decay
-  c.optimizer.lr = 1e-3         # peak learning rate, after warmup
-  c.optimizer.warmup_steps = 100  # linear warmup from 0
-  c.optimizer.decay = "linear"  # "linear", "cosine" or "constant"
-  c.optimizer.decay_steps = -1  # end of the decay; -1: `steps`
-  c.optimizer.end_lr_ratio = 0.0  # final lr as a fraction of lr
-  c.optimizer.b1 = 0.9          # Adam first-moment decay
-  c.optimizer.b2 = 0.999        # Adam second-moment decay
-  c.optimizer.eps = 1e-6        # Adam denominator epsilon
-  c.optimizer.weight_decay = 0.01  # on matrices only
-  c.optimizer.clip_norm = 1.0   # global gradient norm clip; 0: none
+  c.optimizer = optimizer()
 
   c.checkpoint_every = 500      # steps between async checkpoints
   c.keep_checkpoints = 3        # how many recent checkpoints stay on disk
@@ -52,6 +41,23 @@ def base_config() -> ml_collections.ConfigDict:
   c.eval_steps = 10             # validation batches per pass; 0: no eval
   c.skip_nonfinite = False      # skip non-finite updates instead of stopping
   return c
+
+
+def optimizer() -> ml_collections.ConfigDict:
+  """The `optimizer` block: AdamW with warmup, decay and clipping."""
+  o = ml_collections.ConfigDict()
+  o.name = "adamw"        # the only one: AdamW, decoupled decay
+  o.lr = 1e-3             # peak learning rate, after warmup
+  o.warmup_steps = 100    # linear warmup from 0
+  o.decay = "linear"      # "linear", "cosine" or "constant"
+  o.decay_steps = -1      # end of the decay; -1: `steps`
+  o.end_lr_ratio = 0.0    # final lr as a fraction of lr
+  o.b1 = 0.9              # Adam first-moment decay
+  o.b2 = 0.999            # Adam second-moment decay
+  o.eps = 1e-6            # Adam denominator epsilon
+  o.weight_decay = 0.01   # on matrices only
+  o.clip_norm = 1.0       # global gradient norm clip; 0: none
+  return o
 
 
 def parse_arg(arg: str | None) -> dict[str, str]:

@@ -30,7 +30,8 @@ def shard_name(split: str, index: int, count: int) -> str:
 
 def write_shards(records: list[dict], folder, split: str,
                  num_shards: int) -> list[str]:
-  """Writes `records` round-robin into `num_shards` shards, deterministically."""
+  """Writes `records` round-robin into `num_shards` shards (same bytes
+  on every run)."""
   folder = epath.Path(folder)
   folder.mkdir(parents=True, exist_ok=True)
   paths = []
@@ -45,7 +46,7 @@ def write_shards(records: list[dict], folder, split: str,
 
 
 def find_shards(path: str, split: str) -> list[str]:
-  """Sorted shard paths of `split` under folder `path` (or a glob with {split})."""
+  """Sorted shard paths of `split`: in folder `path`, or a glob with {split}."""
   if not path:
     raise ValueError("data.source='c4' needs data.path: a folder of "
                      "c4-<split>.*.json.gz shards or a glob with {split}")
@@ -78,7 +79,7 @@ def _read_lines(path: str, bad: dict) -> Iterator[bytes]:
 
 
 def parse_line(line: bytes, text_key: str = "text") -> tuple[str | None, dict]:
-  """`(text, bad)` of one JSON line; `text` is None when the line is unusable."""
+  """`(text, bad)` of one JSON line; `text` is None if the line is unusable."""
   bad = {}
   try:
     text = line.decode("utf-8")
@@ -140,7 +141,8 @@ class JsonShardsIterator(grain.DatasetIterator):
     bad = {}
     path = self.ds.paths[self._order()[self.shard]]
     start, step = self.ds.line_slice
-    lines = (l for i, l in enumerate(_read_lines(path, bad)) if i % step == start)
+    lines = (l for i, l in enumerate(_read_lines(path, bad))
+             if i % step == start)
     pos, b = 0, 0
     while block := [l for _, l in zip(range(self.ds.block), lines)]:
       rng = np.random.default_rng([self.ds.seed, self.epoch, self.shard, b])

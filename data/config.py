@@ -9,7 +9,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 def data_dir() -> pathlib.Path:
-  """Root of everything the data room writes: `$ZOO_DATA_DIR` or `<repo>/.data`."""
+  """Root of all data files: `$ZOO_DATA_DIR`, else `<repo>/.data`."""
   return pathlib.Path(os.environ.get("ZOO_DATA_DIR") or REPO / ".data")
 
 
@@ -51,7 +51,7 @@ def default_config() -> ml_collections.ConfigDict:
 
 
 def as_config(cfg) -> ml_collections.ConfigDict:
-  """`cfg` (ConfigDict, dict or None) merged over the defaults; unknown keys fail."""
+  """`cfg` (ConfigDict, dict or None) over the defaults; unknown keys fail."""
   out = default_config()
   if cfg is None:
     return out

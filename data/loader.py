@@ -216,7 +216,8 @@ class PretrainLoader:
 
   def __init__(self, dataset: grain.IterDataset, tokenizer, batch_size: int,
                seq_len: int):
-    self.tokenizer, self.batch_size, self.seq_len = tokenizer, batch_size, seq_len
+    self.tokenizer = tokenizer
+    self.batch_size, self.seq_len = batch_size, seq_len
     self._dataset = dataset
     self._it = iter(dataset)
     self.stats = collections.Counter()

@@ -115,7 +115,7 @@ def tfds_dir(folder) -> pathlib.Path:
 
 
 def tokenizer_for(folder, vocab_size: int) -> tok_lib.SentencePieceTokenizer:
-  """The sample's tokenizer at another vocabulary size (trained once, cached)."""
+  """The sample's tokenizer at another vocabulary size (trained once)."""
   out = pathlib.Path(folder) / f"tokenizer-{vocab_size}"
   if not (out / "spm.model").exists():
     paths = sorted((pathlib.Path(folder) / "c4").glob("c4-train.*.json.gz"))

@@ -301,7 +301,7 @@ def poisson_span_mask(rng, ok, rate=0.3, lam=3.5):
 
 
 def replace_tokens(rng, tokens, mask, specials, mask_rate=0.8,
-                   random_rate=0.1):
+                   random_rate=0.1, groups=None):
   """BERT's corruption of noised positions: [MASK], a random piece, or kept.
 
   Args:
@@ -311,14 +311,45 @@ def replace_tokens(rng, tokens, mask, specials, mask_rate=0.8,
     specials: `objectives.Specials`.
     mask_rate, random_rate: shares of [MASK] and random pieces; the rest of
       the noised positions keep their piece.
+    groups: optional [B, L] int32 in [0, L): positions of one group share
+      the choice (SpanBERT decides per span); None decides per piece.
 
   Returns:
     [B, L] int32 corrupted ids.
   """
   k_pick, k_rand = jax.random.split(rng)
   u = jax.random.uniform(k_pick, tokens.shape)
+  if groups is not None:
+    u = jnp.take_along_axis(u, groups, axis=-1)
   rand = jax.random.randint(k_rand, tokens.shape, specials.first_regular,
                             specials.last_regular + 1, dtype=tokens.dtype)
   out = jnp.where(mask & (u < mask_rate), specials.mask, tokens)
   pick_rand = mask & (u >= mask_rate) & (u < mask_rate + random_rate)
   return jnp.where(pick_rand, rand, out)
+
+
+def fragment_mask(rng, batch, specials, ratio=0.5):
+  """MASS: one contiguous fragment of each document, ~ratio of its pieces.
+
+  Args:
+    rng: key.
+    batch: the contract dict of [B, L] int32 arrays.
+    specials: `objectives.Specials`.
+    ratio: fragment length as a fraction of the document's pieces (EOS
+      excluded), at least one piece.
+
+  Returns:
+    [B, L] bool noise mask.
+  """
+  doc = batch["doc_ids"]
+  ok = eligible(batch["tokens"], specials) & (doc > 0)
+  size = doc.shape[-1]
+  n = jax.vmap(lambda o, d: jax.ops.segment_sum(
+      o.astype(jnp.int32), d, num_segments=size + 1))(ok, doc)
+  n_doc = jnp.take_along_axis(n, doc, axis=-1)
+  m = jnp.maximum(jnp.round(n_doc * ratio).astype(jnp.int32), 1)
+  u = jnp.take_along_axis(jax.random.uniform(rng, (doc.shape[0], size + 1)),
+                          doc, axis=-1)
+  start = jnp.floor(u * (n_doc - m + 1)).astype(jnp.int32)
+  index = count_in_doc(ok, doc) - 1
+  return ok & (index >= start) & (index < start + m)

@@ -20,14 +20,30 @@ def ids(seed, shape, low=7, high=400):
 
 
 def build(family, **overrides):
-  """(config, model, apply, params) at tiny with dropout off.
+  """(config, model, run, params) at tiny with dropout off.
 
-  `apply` runs op by op: for tiny models that beats compiling each of the
-  few input shapes a test uses.
+  `run(params, enc, dec, enc_seg=None, dec_seg=None, enc_pos=None,
+  dec_pos=None)` is one jitted forward that always passes every input, so
+  all calls at [B,S] x [B,T] share one compilation.
   """
   cfg, model = make(family, "tiny", dropout_rate=0.0, **overrides)
   params = fast_params(model, ids(0, (B, S)), ids(1, (B, T)))
-  return cfg, model, model.apply, params
+  fwd = jax.jit(lambda p, e, d, es, ds, ep, dp: model.apply(
+      p, e, d, enc_segment_ids=es, dec_segment_ids=ds, enc_positions=ep,
+      dec_positions=dp))
+
+  def run(p, enc, dec, enc_seg=None, dec_seg=None, enc_pos=None,
+          dec_pos=None):
+    if enc_seg is None:
+      enc_seg = (enc != cfg.pad_id).astype(jnp.int32)
+    if dec_seg is None:
+      dec_seg = jnp.ones(dec.shape, jnp.int32)
+    arange = lambda x: jnp.broadcast_to(jnp.arange(x.shape[1]), x.shape)
+    enc_pos = arange(enc) if enc_pos is None else enc_pos
+    dec_pos = arange(dec) if dec_pos is None else dec_pos
+    return fwd(p, enc, dec, enc_seg, dec_seg, enc_pos, dec_pos)
+
+  return cfg, model, run, params
 
 
 def assert_output_shapes(cfg, out):
@@ -71,64 +87,80 @@ def sharded_apply(model, params, *args, **kw):
     return jax.jit(model.apply)(placed, *inputs, **kw)
 
 
-def packed_vs_separate(apply, params):
-  """Two documents packed in one row vs each alone: (packed, [a, b]).
+def _row(*parts):
+  """One [1, L] int32 row from lists."""
+  return jnp.array([sum(parts, [])], jnp.int32)
 
-  Positions restart per document, as the packer emits them.
+
+def assert_packing_is_exact(run, params):
+  """Two documents packed in one row give the states each gives alone.
+
+  Row 0 packs documents a (enc 5, dec 4) and b (enc 4, dec 3), positions
+  restarting per document as the packer emits them; row 1 holds one of
+  them alone, padded.
   """
-  enc_a, enc_b = ids(3, (1, 5)), ids(4, (1, 4))
-  dec_a, dec_b = ids(5, (1, 4)), ids(6, (1, 3))
-  packed = apply(
-      params, jnp.concatenate([enc_a, enc_b], 1),
-      jnp.concatenate([dec_a, dec_b], 1),
-      enc_segment_ids=jnp.array([[1] * 5 + [2] * 4]),
-      dec_segment_ids=jnp.array([[1] * 4 + [2] * 3]),
-      enc_positions=jnp.array([list(range(5)) + list(range(4))]),
-      dec_positions=jnp.array([list(range(4)) + list(range(3))]))
-  alone = [apply(params, enc_a, dec_a), apply(params, enc_b, dec_b)]
-  return packed, alone
+  enc = {"a": ids(3, (1, 5)), "b": ids(4, (1, 4))}
+  dec = {"a": ids(5, (1, 4)), "b": ids(6, (1, 3))}
+  packed = dict(
+      enc=jnp.concatenate([enc["a"], enc["b"]], 1),
+      dec=jnp.concatenate([dec["a"], dec["b"]], 1),
+      enc_seg=_row([1] * 5, [2] * 4), dec_seg=_row([1] * 4, [2] * 3),
+      enc_pos=_row(list(range(5)), list(range(4))),
+      dec_pos=_row(list(range(4)), list(range(3))))
+  for doc, (s0, s1), (t0, t1) in (("a", (0, 5), (0, 4)),
+                                  ("b", (5, 9), (4, 7))):
+    ns, nt = s1 - s0, t1 - t0
+    alone = dict(
+        enc=_pad(enc[doc], S), dec=_pad(dec[doc], T),
+        enc_seg=_row([1] * ns, [0] * (S - ns)),
+        dec_seg=_row([1] * nt, [0] * (T - nt)),
+        enc_pos=_row(list(range(S))), dec_pos=_row(list(range(T))))
+    both = {k: jnp.concatenate([packed[k], alone[k]], 0) for k in packed}
+    out = run(params, both["enc"], both["dec"], both["enc_seg"],
+              both["dec_seg"], both["enc_pos"], both["dec_pos"])
+    for key, (lo, hi) in (("hidden", (t0, t1)), ("logits", (t0, t1)),
+                          ("encoder_hidden", (s0, s1))):
+      np.testing.assert_allclose(out[key][0, lo:hi], out[key][1, :hi - lo],
+                                 atol=1e-5, err_msg=f"{doc} {key}")
 
 
-def assert_packing_is_exact(apply, params):
-  """Packed documents give the same states as each document alone."""
-  packed, (a, b) = packed_vs_separate(apply, params)
-  for key, cut in (("hidden", 4), ("logits", 4), ("encoder_hidden", 5)):
-    np.testing.assert_allclose(packed[key][:, :cut], a[key], atol=1e-5)
-    np.testing.assert_allclose(packed[key][:, cut:], b[key], atol=1e-5)
+def _pad(x, length):
+  return jnp.pad(x, ((0, 0), (0, length - x.shape[1])))
 
 
-def assert_decoder_is_causal(apply, params):
+def assert_decoder_is_causal(run, params):
   """Changing decoder tokens after t leaves outputs at <= t unchanged."""
   enc, dec = ids(7, (B, S)), ids(8, (B, T))
   t = 3
   changed = dec.at[:, t + 1:].set(ids(9, (B, T))[:, t + 1:])
-  out, out2 = apply(params, enc, dec), apply(params, enc, changed)
+  out, out2 = run(params, enc, dec), run(params, enc, changed)
   np.testing.assert_allclose(out["logits"][:, :t + 1],
                              out2["logits"][:, :t + 1], atol=1e-6)
   assert np.abs(out["logits"][:, t + 1:] - out2["logits"][:, t + 1:]).max() > 1e-4
 
 
-def assert_encoder_padding_ignored(apply, params, pad_id):
+def assert_encoder_padding_ignored(run, params, pad_id):
   """Padded encoder positions (their ids, too) never reach the decoder."""
   enc, dec = ids(10, (B, S)), ids(11, (B, T))
   seg = jnp.ones((B, S), jnp.int32).at[1, 6:].set(0)
   enc = jnp.where(seg == 1, enc, pad_id)
   other = jnp.where(seg == 1, enc, ids(12, (B, S)))
-  out = apply(params, enc, dec, enc_segment_ids=seg)
-  out2 = apply(params, other, dec, enc_segment_ids=seg)
+  out = run(params, enc, dec, seg)
+  out2 = run(params, other, dec, seg)
   np.testing.assert_allclose(out["logits"], out2["logits"], atol=1e-5)
-  # Default segments come from pad_id and agree with the explicit ones.
-  np.testing.assert_allclose(apply(params, enc, dec)["logits"],
-                             out["logits"], atol=1e-5)
 
 
-def assert_encode_decode_methods(model, params):
-  """`encode` then `decode` reproduce the one-call forward."""
-  enc, dec = ids(13, (B, S)), ids(14, (B, T))
+def assert_encode_decode_methods(model, run, params, pad_id):
+  """`encode` then `decode`, and the one-call forward with default segments
+  (padding read off pad_id), reproduce the explicit forward."""
   seg = jnp.ones((B, S), jnp.int32).at[0, 7:].set(0)
-  full = model.apply(params, enc, dec, enc_segment_ids=seg)
-  e = model.apply(params, enc, enc_segment_ids=seg, method="encode")
+  enc = jnp.where(seg == 1, ids(13, (B, S)), pad_id)
+  dec = ids(14, (B, T))
+  want = run(params, enc, dec, seg)
+  full = model.apply(params, enc, dec)
+  e = model.apply(params, enc, method="encode")
   d = model.apply(params, dec, e["encoder_hidden"], enc_segment_ids=seg,
                   method="decode")
-  np.testing.assert_allclose(d["logits"], full["logits"], atol=1e-6)
-  np.testing.assert_allclose(e["encoder_hidden"], full["encoder_hidden"])
+  for got in (full, dict(d, **e)):
+    for key in ("logits", "encoder_hidden"):
+      np.testing.assert_allclose(got[key], want[key], atol=1e-5)

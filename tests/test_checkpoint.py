@@ -132,10 +132,11 @@ def test_eight_device_checkpoint_continues_on_one(reference, tmp_path):
   assert [r["step"] for r in rows][-2:] == [2 * N + 1, 2 * N + 2]
   assert all(np.isfinite(r["loss"]) for r in rows)
   assert 2 * N + 2 in checkpoint.Checkpointer(workdir).all_steps()
+  _restore_on_four_devices(workdir, 2 * N + 2)  # saved on 1, read on 4
 
 
-def test_restore_onto_a_four_device_mesh(reference):
-  workdir = reference[0]
+def _restore_on_four_devices(workdir, step):
+  """Restores `step` onto a (1, 2, 2) mesh; checks layout and values."""
   config = toy.get_config()
   mesh = sharding.make_mesh({"data": 1, "fsdp": 2, "tensor": 2},
                             devices=jax.devices()[:4])
@@ -144,7 +145,7 @@ def test_restore_onto_a_four_device_mesh(reference):
   setup = lib.setup_state(objective, optim.make(config.optimizer, 8), config,
                           mesh)
   ckpt = checkpoint.Checkpointer(workdir)
-  state, _ = ckpt.restore(2 * N, checkpoint.with_shardings(
+  state, _ = ckpt.restore(step, checkpoint.with_shardings(
       setup.abstract, setup.shardings))
   ckpt.close()
   for leaf, want in zip(jax.tree.leaves(state), jax.tree.leaves(
@@ -152,10 +153,14 @@ def test_restore_onto_a_four_device_mesh(reference):
     assert leaf.sharding == want
   assert state["params"]["w_in"].sharding.spec == P("fsdp", "tensor")
   assert len(state["params"]["w_in"].sharding.device_set) == 4
-  full, _ = _params(workdir)
+  full, _ = _params(workdir, step)
   for a, b in zip(jax.tree.leaves(jax.device_get(state["params"])),
                   jax.tree.leaves(full)):
     np.testing.assert_array_equal(a, b)
+
+
+def test_restore_from_eight_devices_onto_four(reference):
+  _restore_on_four_devices(reference[0], 2 * N)
 
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path):

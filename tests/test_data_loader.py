@@ -16,7 +16,8 @@ SAMPLE = {"source": "sample"}
 
 
 def _rows(batch):
-  return [{k: v[r] for k, v in batch.items()} for r in range(len(batch["tokens"]))]
+  return [{k: v[r] for k, v in batch.items()}
+          for r in range(len(batch["tokens"]))]
 
 
 def test_sample_batches_obey_the_contract():

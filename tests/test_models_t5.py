@@ -49,7 +49,7 @@ def test_packed_documents_match_separate_ones(tiny):
 
 
 def test_encode_and_decode_methods(tiny):
-  sc.assert_encode_decode_methods(tiny[1], tiny[3])
+  sc.assert_encode_decode_methods(tiny[1], tiny[2], tiny[3], pad_id=0)
 
 
 def test_original_t5_head_is_tied_and_scaled():
@@ -68,7 +68,7 @@ def test_encoder_only_follows_the_encoder_face():
   tokens = sc.ids(0, (sc.B, sc.S)).at[1, 6:].set(0)
   params = fast_params(model, tokens)
   assert "decoder" not in params["params"]
-  out = model.apply(params, tokens)
+  out = jax.jit(model.apply)(params, tokens)
   chex.assert_shape(out["hidden"], (sc.B, sc.S, cfg.embed_dim))
   chex.assert_shape(out["logits"], (sc.B, sc.S, cfg.vocab_size))
   assert len(out["layers"]) == cfg.num_layers + 1
@@ -92,7 +92,7 @@ def test_scan_layers_equals_unrolled(tiny):
   restacked = {"params": common.restack(nn.meta.unbox(params)["params"])}
   enc, dec = sc.ids(2, (sc.B, sc.S)), sc.ids(3, (sc.B, sc.T))
   want = apply(params, enc, dec)
-  got = scanned.apply(restacked, enc, dec)
+  got = jax.jit(scanned.apply)(restacked, enc, dec)
   np.testing.assert_allclose(got["logits"], want["logits"], atol=1e-5)
 
 
@@ -106,7 +106,7 @@ def test_adapters_sit_in_every_block_and_are_masked():
   assert sum(jax.tree.leaves(mask)) == 4 * (2 * 2 + 3 * 2)
   assert not heads.adapter_mask(with_adapters)["params"]["token_embed"][
       "embedding"]
-  out = model.apply(with_adapters, enc, dec)
+  out = jax.jit(model.apply)(with_adapters, enc, dec)
   chex.assert_tree_all_finite(out["logits"])
 
 
@@ -114,21 +114,10 @@ def test_bfloat16_compute_stays_close(tiny):
   _, _, apply, params = tiny
   _, model16 = make("t5", "tiny", dropout_rate=0.0, dtype="bfloat16")
   enc, dec = sc.ids(2, (sc.B, sc.S)), sc.ids(3, (sc.B, sc.T))
-  got = model16.apply(params, enc, dec)["logits"]
+  got = jax.jit(model16.apply)(params, enc, dec)["logits"]
   want = apply(params, enc, dec)["logits"]
   assert got.dtype == jnp.float32
   assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
-
-
-def test_dropout_changes_training_outputs():
-  _, model = make("t5", "tiny")
-  enc, dec = sc.ids(2, (sc.B, sc.S)), sc.ids(3, (sc.B, sc.T))
-  params = fast_params(model, enc, dec)
-  apply = model.apply
-  a = apply(params, enc, dec)["logits"]
-  b = apply(params, enc, dec, deterministic=False,
-            rngs={"dropout": jax.random.key(1)})["logits"]
-  assert np.abs(a - b).max() > 1e-4
 
 
 def test_every_param_has_valid_logical_axes():

@@ -15,6 +15,7 @@ import os
 import time
 
 import jax
+import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 from tqdm import tqdm
@@ -155,18 +156,18 @@ class _Run:
         bar.set_postfix(loss=f"{scalars['loss']:.4f}",
                         tok_s=f"{scalars['tokens_per_s']:.0f}")
         final.update(scalars, step=step)
-      if every(step, int(config.get("eval_every", 0))) or (
-          step == steps and int(config.get("eval_steps", 0)) > 0):
+      if int(config.get("eval_steps", 0)) > 0 and (
+          every(step, int(config.get("eval_every", 0))) or step == steps):
         scalars = self.evaluate(state["params"])
         self.log.write(step, "eval", scalars)
         final.update({f"eval_{k}": v for k, v in scalars.items()})
       if every(step, int(config.checkpoint_every)) or step == steps:
         self.save(state, step)
     bar.close()
-    self.state = state
     return final
 
   def close(self) -> None:
+    """Waits for pending checkpoints and closes the writers."""
     self.ckpt.close()
     self.log.close()
 
@@ -175,7 +176,7 @@ def train(config, workdir: str) -> dict[str, float]:
   """Trains `config` in `workdir`, resuming from its latest checkpoint.
 
   Args:
-    config: an ml_collections ConfigDict with the keys of
+    config: an ml_collections ConfigDict (or a dict) with the keys of
       `configs/common.py` (`model`, `objective`, `data`, `steps`, ...).
     workdir: where config.json, checkpoints/, metrics.jsonl and
       tensorboard/ go. Every process must see the same directory.
@@ -188,14 +189,18 @@ def train(config, workdir: str) -> dict[str, float]:
     FloatingPointError: a non-finite loss, unless `skip_nonfinite`.
     ValueError: a config the mesh, rules or batch size cannot run.
   """
+  if not isinstance(config, ml_collections.ConfigDict):
+    config = ml_collections.ConfigDict(config)
   run = _Run(config, workdir)
   try:
     ckpt_lib.write_config(workdir, config)
     tokenizer = getattr(run.loader, "tokenizer", None)
     if tokenizer is not None and distributed.is_main():
       tokenizer.save(os.path.join(workdir, "tokenizer"))
+    # Init runs outside the rules context: there, Flax would constrain each
+    # param as it is created, which out_shardings already does.
+    state, step = run.start()
     with sharding.activate(run.mesh, run.setup.rules):
-      state, step = run.start()
       return run.loop(state, step)
   finally:
     run.close()

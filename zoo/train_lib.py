@@ -17,7 +17,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-import data as data_lib
 import objectives
 from data.synthetic import SyntheticLoader
 from zoo import sharding
@@ -46,7 +45,10 @@ def build_loader(config, split: str, batch_size: int, seed: int):
       kwargs["seed"] = seed + 1_000_003  # held-out rows, never trained on
     return SyntheticLoader(vocab_size=int(config.data.get("vocab_size", 512)),
                            **kwargs)
-  return data_lib.pretrain_loader(config.data, split=split, **kwargs)
+  # Imported here: the real sources pull in grain and sentencepiece, seconds
+  # of start-up that synthetic runs do without.
+  import data  # pylint: disable=import-outside-toplevel
+  return data.pretrain_loader(config.data, split=split, **kwargs)
 
 
 def specials_of(config, loader) -> objectives.Specials:
@@ -103,8 +105,7 @@ def setup_state(objective, tx, config, mesh) -> Setup:
             "opt_state": tx.init(params),
             "bad_step": jnp.full((), -1, jnp.int32)}
 
-  with sharding.activate(mesh, rules):
-    boxed = jax.eval_shape(init_boxed, jax.random.key(0))
+  boxed = jax.eval_shape(init_boxed, jax.random.key(0))
   shardings = sharding.logical_shardings(boxed, mesh, rules)
   init = jax.jit(lambda rng: sharding.unbox(init_boxed(rng)),
                  out_shardings=shardings)

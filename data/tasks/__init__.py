@@ -10,7 +10,8 @@ Every example has `inputs` and `targets` strings; classification adds
 `question`, `answer` and `answer_start` (a character offset into
 `context`). With a tokenizer, examples also carry `input_ids` and
 `target_ids`, tagging `token_ids` and `tag_ids` (the word's tag on its
-first piece, -1 on the rest) and QA `answer_span` (first and last piece of the answer).
+first piece, -1 on the rest) and QA `answer_span` (first and last piece
+of the answer).
 
 Splits are deterministic: they depend only on the data, never on a seed.
 Evaluation splits are kept modest (at most ~500 examples) so the harness can
@@ -109,7 +110,8 @@ def split_fixed(examples: list[dict], key: str, n_eval: int,
     unique.setdefault(ex[key], ex)
   ordered = sorted(unique.values(), key=lambda ex: stable_key(ex[key]))
   if len(ordered) < 3 * n_eval:
-    raise ValueError(f"only {len(ordered)} examples for {n_eval} per eval split")
+    raise ValueError(f"only {len(ordered)} examples for {n_eval} per "
+                     "evaluation split")
   train = ordered[2 * n_eval:]
   return {"test": ordered[:n_eval], "validation": ordered[n_eval:2 * n_eval],
           "train": train[:n_train] if n_train else train}

@@ -1,4 +1,4 @@
-"""Sentence-level tasks: polarity, question type, spam, topic, ratings, replies."""
+"""Sentence tasks: polarity, question type, spam, topic, ratings, replies."""
 
 import bz2
 import csv

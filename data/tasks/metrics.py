@@ -60,7 +60,8 @@ def squad(predictions: list[str], answers: list[str]) -> dict:
     common = sum((collections.Counter(p) & collections.Counter(g)).values())
     f.append(0.0 if not common else
              2 * common / (len(p) + len(g)))
-  return {"exact_match": 100 * float(np.mean(em)), "f1": 100 * float(np.mean(f))}
+  return {"exact_match": 100 * float(np.mean(em)),
+          "f1": 100 * float(np.mean(f))}
 
 
 def _lcs(a: list[str], b: list[str]) -> int:

@@ -1,4 +1,4 @@
-"""Tasks with structured outputs: tagging, extractive QA, headline generation."""
+"""Structured outputs: tagging, extractive QA, headline generation."""
 
 import re
 

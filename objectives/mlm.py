@@ -1,0 +1,111 @@
+"""Masked LM: `mlm` (BERT, RoBERTa), `wwm` (whole words), `phrase_mlm`
+(ERNIE-style phrases and entities, mixed with whole-word masking).
+
+A fresh mask every step (RoBERTa's dynamic masking): the noise comes from
+the step's rng inside jit. Noised positions become [MASK] 80%, a random
+piece 10%, or stay 10%; the loss covers the noised positions only.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from objectives import common
+from objectives import noise
+from objectives import register
+from objectives import transforms
+
+MLM_DEFAULTS = {
+    "rate": 0.15,         # fraction of pieces predicted
+    "mask_rate": 0.8,     # of those: replaced by [MASK]
+    "random_rate": 0.1,   # of those: replaced by a random piece
+    "unit": "token",      # "token" | "word" | "phrase"
+}
+UNITS = ("token", "word", "phrase")
+
+
+def mask_tokens(rng, batch, specials, rate=0.15, mask_rate=0.8,
+                random_rate=0.1, unit="token"):
+  """BERT corruption of a row by pieces, whole words or phrases.
+
+  Args:
+    rng: key.
+    batch: dict with [B, L] int32 `tokens`, and `word_ids` / `phrase_ids`
+      for the word and phrase units.
+    specials: `objectives.Specials`.
+    rate, mask_rate, random_rate: see `MLM_DEFAULTS`.
+    unit: "token", "word" or "phrase" (a phrase where `phrase_ids` > 0,
+      otherwise the whole word).
+
+  Returns:
+    ([B, L] int32 corrupted tokens, [B, L] bool noised positions).
+  """
+  if unit not in UNITS:
+    raise ValueError(f"unknown masking unit {unit!r}; units: {UNITS}")
+  k_mask, k_swap = jax.random.split(rng)
+  tokens = batch["tokens"]
+  ok = noise.eligible(tokens, specials)
+  if unit == "token":
+    mask = noise.iid_mask(k_mask, ok, rate)
+  else:
+    ids = batch["word_ids"]
+    if unit == "phrase":  # negative word ids cannot collide with phrases
+      ids = jnp.where(batch["phrase_ids"] > 0, batch["phrase_ids"], -ids)
+    mask = noise.unit_mask(k_mask, noise.unit_starts(ids, ok), ok, rate)
+  out = noise.replace_tokens(k_swap, tokens, mask, specials, mask_rate,
+                             random_rate)
+  return out, mask
+
+
+class MaskedLM(common.Scheme):
+  """BERT's masked LM on any encoder family."""
+  name = "mlm"
+  interfaces = ("encoder",)
+  defaults = MLM_DEFAULTS
+  model_overrides = {"nsp_head": False}
+
+  def setup(self):
+    if self.options["unit"] not in UNITS:
+      raise ValueError(f"unknown masking unit {self.options['unit']!r}; "
+                       f"units: {UNITS}")
+
+  def corrupt(self, batch, rng):
+    tokens, mask = mask_tokens(rng, batch, self.specials, **self.options)
+    return dict(batch, inputs=tokens, mask=mask)
+
+  def model_inputs(self, inputs):
+    doc = inputs["doc_ids"]
+    return (inputs["inputs"],), {
+        "segment_ids": doc,
+        "positions": transforms.positions_from_segments(doc)}
+
+  def score(self, params, inputs, outputs, rng, deterministic):
+    return {"mlm": common.token_sums(outputs["logits"], inputs["tokens"],
+                                     inputs["mask"])}
+
+
+class WholeWordLM(MaskedLM):
+  name = "wwm"
+  defaults = dict(MLM_DEFAULTS, unit="word")
+
+
+class PhraseLM(MaskedLM):
+  name = "phrase_mlm"
+  defaults = dict(MLM_DEFAULTS, unit="phrase")
+
+
+@register("mlm")
+def mlm(model, size, specials, **options):
+  """BERT/RoBERTa masked LM (`unit` picks token, word or phrase masking)."""
+  return MaskedLM(model, size, specials, **options)
+
+
+@register("wwm")
+def wwm(model, size, specials, **options):
+  """Whole-word masking: the pieces of a word are masked together."""
+  return WholeWordLM(model, size, specials, **options)
+
+
+@register("phrase_mlm")
+def phrase_mlm(model, size, specials, **options):
+  """ERNIE-style masking of whole phrases/entities, and words elsewhere."""
+  return PhraseLM(model, size, specials, **options)
