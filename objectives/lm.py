@@ -89,8 +89,10 @@ class PrefixLM(common.Scheme):
 
 def decoder_start(scheme):
   """Id entering the decoder first: the config's start id, else pad."""
-  return getattr(scheme.config, "decoder_start_token_id",
-                 scheme.config.pad_id)
+  for field in ("decoder_start_id", "decoder_start_token_id"):
+    if hasattr(scheme.config, field):
+      return getattr(scheme.config, field)
+  return scheme.config.pad_id
 
 
 def encdec_inputs(scheme, enc, dec):

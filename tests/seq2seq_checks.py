@@ -10,7 +10,7 @@ from tests.fast_params import fast_params
 from zoo import sharding
 from zoo.models import make
 
-B, S, T = 2, 9, 7
+B, S, T = 4, 9, 7  # B divisible by the mesh's data x fsdp
 MESH = {"data": 2, "fsdp": 2, "tensor": 2}
 
 
@@ -95,9 +95,9 @@ def _row(*parts):
 def assert_packing_is_exact(run, params):
   """Two documents packed in one row give the states each gives alone.
 
-  Row 0 packs documents a (enc 5, dec 4) and b (enc 4, dec 3), positions
-  restarting per document as the packer emits them; row 1 holds one of
-  them alone, padded.
+  Rows 0 and 2 pack documents a (enc 5, dec 4) and b (enc 4, dec 3),
+  positions restarting per document as the packer emits them; rows 1 and
+  3 hold a and b alone, padded.
   """
   enc = {"a": ids(3, (1, 5)), "b": ids(4, (1, 4))}
   dec = {"a": ids(5, (1, 4)), "b": ids(6, (1, 3))}
@@ -107,21 +107,24 @@ def assert_packing_is_exact(run, params):
       enc_seg=_row([1] * 5, [2] * 4), dec_seg=_row([1] * 4, [2] * 3),
       enc_pos=_row(list(range(5)), list(range(4))),
       dec_pos=_row(list(range(4)), list(range(3))))
-  for doc, (s0, s1), (t0, t1) in (("a", (0, 5), (0, 4)),
-                                  ("b", (5, 9), (4, 7))):
-    ns, nt = s1 - s0, t1 - t0
-    alone = dict(
+  rows = []
+  for doc in ("a", "b"):
+    ns, nt = enc[doc].shape[1], dec[doc].shape[1]
+    rows += [packed, dict(
         enc=_pad(enc[doc], S), dec=_pad(dec[doc], T),
         enc_seg=_row([1] * ns, [0] * (S - ns)),
         dec_seg=_row([1] * nt, [0] * (T - nt)),
-        enc_pos=_row(list(range(S))), dec_pos=_row(list(range(T))))
-    both = {k: jnp.concatenate([packed[k], alone[k]], 0) for k in packed}
-    out = run(params, both["enc"], both["dec"], both["enc_seg"],
-              both["dec_seg"], both["enc_pos"], both["dec_pos"])
+        enc_pos=_row(list(range(S))), dec_pos=_row(list(range(T))))]
+  batch = {k: jnp.concatenate([r[k] for r in rows], 0) for k in packed}
+  out = run(params, batch["enc"], batch["dec"], batch["enc_seg"],
+            batch["dec_seg"], batch["enc_pos"], batch["dec_pos"])
+  spans = {"a": ((0, 5), (0, 4), 0), "b": ((5, 9), (4, 7), 2)}
+  for doc, ((s0, s1), (t0, t1), row) in spans.items():
     for key, (lo, hi) in (("hidden", (t0, t1)), ("logits", (t0, t1)),
                           ("encoder_hidden", (s0, s1))):
-      np.testing.assert_allclose(out[key][0, lo:hi], out[key][1, :hi - lo],
-                                 atol=1e-5, err_msg=f"{doc} {key}")
+      np.testing.assert_allclose(out[key][row, lo:hi],
+                                 out[key][row + 1, :hi - lo], atol=1e-5,
+                                 err_msg=f"document {doc}, {key}")
 
 
 def _pad(x, length):

@@ -132,3 +132,33 @@ def test_minilm_checkpoint_sentence_embeddings():
                                    * np.linalg.norm(theirs, axis=-1))
   assert cos.min() >= 0.99999, cos
   assert hp.max_diff(out["hidden"], ref.last_hidden_state, mask) < hp.TOL
+
+
+def test_distilbert_mlm_parity(tmp_path):
+  cfg = transformers.DistilBertConfig(vocab_size=99, dim=32, n_layers=2,
+                                      n_heads=4, hidden_dim=37,
+                                      attn_implementation="eager")
+  model = transformers.DistilBertForMaskedLM(cfg)
+  family, _, _, _ = _check(hp.save(model, tmp_path), model, pad=0)
+  assert family == "distilbert"
+
+
+def test_albert_pretraining_parity(tmp_path):
+  cfg = transformers.AlbertConfig(embedding_size=16, **SMALL)
+  model = transformers.AlbertForPreTraining(cfg)
+  family, config, out, ref = _check(hp.save(model, tmp_path), model, pad=0,
+                                    logits_attr="prediction_logits")
+  assert family == "albert" and config.embedding_dim == 16
+  np.testing.assert_allclose(out["sop_logits"], ref.sop_logits.numpy(),
+                             atol=1e-5)
+
+
+@pytest.mark.parametrize("cls", ["ElectraForPreTraining",
+                                 "ElectraForMaskedLM"])
+def test_electra_parity(tmp_path, cls):
+  cfg = transformers.ElectraConfig(embedding_size=16, **SMALL)
+  model = getattr(transformers, cls)(cfg)
+  family, config, out, _ = _check(hp.save(model, tmp_path), model, pad=0)
+  role = "generator" if cls.endswith("MaskedLM") else "discriminator"
+  assert family == "electra" and config.role == role
+  assert out["logits"].ndim == (3 if role == "generator" else 2)

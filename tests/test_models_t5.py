@@ -129,7 +129,7 @@ def test_every_param_has_valid_logical_axes():
 
 def test_sharded_forward_equals_unsharded(tiny):
   _, model, apply, params = tiny
-  enc, dec = sc.ids(4, (4, sc.S)), sc.ids(5, (4, sc.T))
+  enc, dec = sc.ids(4, (sc.B, sc.S)), sc.ids(5, (sc.B, sc.T))
   want = apply(params, enc, dec)
   got = sc.sharded_apply(model, params, enc, dec)
   for key in ("logits", "hidden", "encoder_hidden"):

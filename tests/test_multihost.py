@@ -7,11 +7,13 @@ import sys
 
 import jax
 import numpy as np
+import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import toy  # pylint: disable=wrong-import-position
 
-from zoo import checkpoint, train, train_lib as lib  # pylint: disable=wrong-import-position
+from zoo import checkpoint, distributed, train  # pylint: disable=wrong-import-position
+from zoo import train_lib as lib  # pylint: disable=wrong-import-position
 from zoo.metrics_log import read_metrics  # pylint: disable=wrong-import-position
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,3 +78,17 @@ def test_two_processes_equal_one_with_eight_devices(tmp_path):
   assert [n for n, _ in first] == [n for n, _ in second] == list(
       range(1, STEPS + 1))
   assert all(x != y for (_, x), (_, y) in zip(first, second))
+
+
+@pytest.mark.parametrize("args,words", [
+    (("127.0.0.1:1234", None, None), "go together"),
+    (("127.0.0.1:1234", 2, 2), "--process_id 2 is not in [0, 2)"),
+])
+def test_distributed_flag_errors(args, words):
+  with pytest.raises(ValueError) as err:
+    distributed.initialize(*args)
+  assert words in str(err.value)
+
+
+def test_allgather_json_single_process():
+  assert distributed.allgather_json({"step": 3}) == [{"step": 3}]

@@ -6,7 +6,6 @@ import os
 import sys
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
@@ -20,7 +19,8 @@ from zoo.metrics_log import read_metrics  # pylint: disable=wrong-import-positio
 
 # The toy's logical axes under DEFAULT_RULES on a (data, fsdp, tensor) mesh.
 EXPECTED = {"table": P("tensor", "fsdp"), "w_in": P("fsdp", "tensor"),
-            "b_in": P("tensor"), "w_out": P("tensor", "fsdp")}
+            "b_in": P("tensor"), "w_out": P("tensor", "fsdp"),
+            "w_sq": P("fsdp", None)}
 
 
 def _pieces(config, mesh):
@@ -47,8 +47,8 @@ def test_sharded_step_on_2x2x2_mesh_places_every_leaf():
   mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
   loader, setup, step = _pieces(config, mesh)
   local = next(loader)
+  state = setup.init(lib.init_rng(0))
   with sharding.activate(mesh, setup.rules):
-    state = setup.init(lib.init_rng(0))
     state, metrics = step(state, lib.global_batch(local, setup.batch_sharding,
                                                   16))
   assert np.isfinite(float(metrics["step_loss"]))
@@ -60,12 +60,12 @@ def test_sharded_step_on_2x2x2_mesh_places_every_leaf():
       assert leaf.sharding.mesh.shape == mesh.shape
       assert leaf.sharding.spec == want, jax.tree_util.keystr(path)
       checked += 1
-  assert checked == 4 * 3 + 2  # params, Adam's mu and nu, two counts
+  assert checked == 5 * 3 + 2  # params, Adam's mu and nu, two counts
   # The sharded step computes what one device computes.
   mesh1 = _one_device()
   _, setup1, step1 = _pieces(config, mesh1)
+  state1 = setup1.init(lib.init_rng(0))
   with sharding.activate(mesh1, setup1.rules):
-    state1 = setup1.init(lib.init_rng(0))
     state1, metrics1 = step1(state1, lib.global_batch(
         local, setup1.batch_sharding, 16))
   np.testing.assert_allclose(metrics["step_loss"], metrics1["step_loss"],
@@ -79,8 +79,8 @@ def _run_steps(config, mesh, batch, n):
   """Params and per-step losses of `n` steps on one fixed local batch."""
   _, setup, step = _pieces(config, mesh)
   losses = []
+  state = setup.init(lib.init_rng(0))
   with sharding.activate(mesh, setup.rules):
-    state = setup.init(lib.init_rng(0))
     for _ in range(n):
       state, metrics = step(state, lib.global_batch(
           batch, setup.batch_sharding, int(config.batch_size)))

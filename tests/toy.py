@@ -13,7 +13,6 @@ and two extra flags for the resume tests:
 
 import hashlib
 import os
-import sys
 import time
 
 import flax.linen as nn
@@ -22,9 +21,7 @@ import jax.numpy as jnp
 import ml_collections
 
 import objectives
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import common  # pylint: disable=wrong-import-position
+from configs import common
 
 _W = nn.initializers.normal(0.5)
 
@@ -45,7 +42,11 @@ class ToyNet(nn.Module):
     b_in = self.param("b_in", part(nn.initializers.zeros, ("mlp",)), (self.mlp,))
     w_out = self.param("w_out", part(_W, ("mlp", "embed")),
                        (self.mlp, self.embed))
+    # A square kernel repeats a logical name; only its first dim is sharded.
+    w_sq = self.param("w_sq", part(_W, ("embed", "embed")),
+                      (self.embed, self.embed))
     x = nn.with_logical_constraint(table[tokens], ("batch", "length", "embed"))
+    x = x + 0.1 * jnp.einsum("btd,de->bte", x, w_sq)
     h = nn.gelu(jnp.einsum("btd,df->btf", x, w_in) + b_in)
     h = nn.Dropout(self.dropout)(h, deterministic=deterministic)
     x = x + jnp.einsum("btf,fd->btd", h, w_out)

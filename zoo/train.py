@@ -12,6 +12,7 @@ complete checkpoint, exactly: params, optimizer, step, and the data stream.
 
 import json
 import os
+import sys
 import time
 
 import jax
@@ -74,7 +75,7 @@ class _Run:
     self.ckpt = ckpt_lib.Checkpointer(
         workdir, keep=int(config.get("keep_checkpoints", 3)))
     self.log = MetricsLog(workdir, enabled=distributed.is_main())
-    self.valid = None
+    self.valid = self.valid_start = None
 
   def start(self):
     """The restored state and step, or a fresh sharded init at 0."""
@@ -90,7 +91,8 @@ class _Run:
           f"this run has {jax.process_count()}, so the data stream cannot "
           "resume exactly")
     self.loader.set_state(data_states[jax.process_index()])
-    logging.info("resumed from step %d", latest)
+    if distributed.is_main():
+      print(f"resumed from step {latest} in {self.workdir}", file=sys.stderr)
     return state, latest
 
   def check_finite(self, state) -> None:
@@ -124,10 +126,15 @@ class _Run:
     self.valid.set_state(self.valid_start)
     acc = None
     for index in range(int(config.get("eval_steps", 1))):
-      batch = lib.global_batch(next(self.valid), self.setup.batch_sharding,
-                               self.rows)
+      local = next(self.valid, None)
+      if local is None:  # a split shorter than eval_steps batches
+        break
+      batch = lib.global_batch(local, self.setup.batch_sharding, self.rows)
       metrics = self.eval_step(params, batch, index)
       acc = metrics if acc is None else lib.add_metrics(acc, metrics)
+    if acc is None:
+      raise ValueError("the validation split yielded no batch; set "
+                       "config.eval_steps=0 to train without evaluation")
     return summarize(jax.device_get(acc))
 
   def loop(self, state, step: int) -> dict[str, float]:
@@ -224,6 +231,8 @@ def main(argv) -> None:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
   if _CONFIG.value is None or _WORKDIR.value is None:
     raise app.UsageError("--config and --workdir are required")
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)  # Orbax logs each save at INFO
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value,
                          _PROCESS_ID.value)
   final = train(_CONFIG.value, _WORKDIR.value)

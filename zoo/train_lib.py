@@ -10,7 +10,7 @@ The train state is a dict of jax Arrays:
 """
 
 import dataclasses
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -167,10 +167,10 @@ def accumulated_grads(objective, params, batch, rng, micro: int, mesh, rules):
     add = lambda a, b: jax.tree_util.tree_map(jnp.add, a, b)
     return add(carry, (scaled, loss * weight, metrics, weight)), None
 
-  first = jax.eval_shape(lambda: _grads(objective, params, jax.tree_util
-                                        .tree_map(lambda x: x[0], parts), rng))
+  one = jax.tree_util.tree_map(lambda x: x[0], parts)
+  shapes = jax.eval_shape(lambda: _grads(objective, params, one, rng))
   zeros = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype),
-                                 (first[0], first[1], first[2], first[3]))
+                                 shapes)
   (grads, loss, metrics, weight), _ = jax.lax.scan(
       body, zeros, (jnp.arange(micro), parts))
   grads = jax.tree_util.tree_map(lambda g: g / weight, grads)
@@ -243,8 +243,3 @@ def add_metrics(a, b):
   """Elementwise sum of two metric dicts (same keys)."""
   return jax.tree_util.tree_map(jnp.add, a, b)
 
-
-def batches(loader, setup: Setup, global_rows: int) -> Iterator[dict]:
-  """Global batches from a per-process loader."""
-  for local in loader:
-    yield global_batch(local, setup.batch_sharding, global_rows)

@@ -113,5 +113,9 @@ def convert(hf: dict[str, Any], tensors: dict[str, np.ndarray]):
       params["nsp"] = top.linear("cls.seq_relationship")
   if mlm is not None:
     params["mlm"] = mlm
+  for tied in ("cls.predictions.decoder.weight", "lm_head.decoder.weight",
+               "cls.predictions.decoder.bias", "lm_head.decoder.bias"):
+    if top.has(tied):
+      top.get(tied)  # the decoder reuses the token table and the bias
   common.warn_unused(top, family)
   return family, config, params

@@ -24,9 +24,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zoo.models import layers
+from zoo.models import layers as layers_lib
 
 INTERFACE = "lstm"
+ACTIVATION_AXES = ("batch", "length", "embed")
 
 # ELMo's character-CNN filters: (width, count) pairs, 2048 filters in all.
 ELMO_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512),
@@ -44,7 +45,7 @@ class Config:
   dropout_rate: float = 0.1  # dropout on the token layer and LSTM outputs
   scan_layers: bool = False  # unsupported: layer 0 has no residual
   remat: bool = False  # recompute each LSTM layer in the backward pass
-  adapter_dim: int = 0  # unsupported for LSTMs; must stay 0
+  adapter_dim: int = 0  # >0: a bottleneck adapter after every LSTM layer
   num_layers: int = 2  # L biLSTM layers
   embed_dim: int = 512  # D: token-layer width and LSTM projection
   lstm_dim: int = 4096  # C: LSTM memory cells per direction
@@ -72,7 +73,7 @@ SIZES = {
 
 def _dot(eq: str, x, w, dtype: str):
   """einsum in the compute dtype with a float32 result."""
-  return layers.einsum(eq, x, w, layers.compute_dtype(dtype))
+  return layers_lib.einsum(eq, x, w, layers_lib.compute_dtype(dtype))
 
 
 def _param(module, name, init, shape, axes):
@@ -270,24 +271,41 @@ class Model(nn.Module):
     if segment_ids is None:
       segment_ids = (tokens != cfg.pad_id).astype(jnp.int32)
     x = self._token_layer(tokens, chars)
+    layers, fwd, bwd = self._bilstm(x, segment_ids, deterministic)
+    logits = self._softmax(jnp.stack([fwd, bwd]))
+    return {"forward_logits": logits[0], "backward_logits": logits[1],
+            "layers": tuple(layers), "hidden": layers[-1]}
+
+  def _bilstm(self, x, segment_ids, deterministic):
+    """The L layers of both directions over token vectors x [B,T,D].
+
+    Returns:
+      (layers: L+1 x [B,T,2D], forward top [B,T,D], backward top [B,T,D]),
+      the tops after dropout, as the softmax reads them.
+    """
+    cfg = self.config
     layers = [jnp.concatenate([x, x], axis=-1)]
     drop = nn.Dropout(cfg.dropout_rate)
     fwd = bwd = drop(x, deterministic=deterministic)
     lstm_cls = nn.remat(LSTM) if cfg.remat else LSTM
+    kw = dict(cells=cfg.lstm_dim, proj_dim=cfg.embed_dim,
+              cell_clip=cfg.cell_clip, proj_clip=cfg.proj_clip, dtype=cfg.dtype)
     for i in range(cfg.num_layers):
-      kw = dict(cells=cfg.lstm_dim, proj_dim=cfg.embed_dim,
-                cell_clip=cfg.cell_clip, proj_clip=cfg.proj_clip,
-                dtype=cfg.dtype)
       f = lstm_cls(**kw, name=f"forward_{i}")(fwd, segment_ids)
       b = lstm_cls(**kw, reverse=True, name=f"backward_{i}")(bwd, segment_ids)
-      if i > 0:  # ELMo's residual skips the first layer (widths may differ).
+      if cfg.adapter_dim:
+        f = layers_lib.Adapter(cfg.adapter_dim, cfg.dtype,
+                               name=f"adapter_forward_{i}")(f)
+        b = layers_lib.Adapter(cfg.adapter_dim, cfg.dtype,
+                               name=f"adapter_backward_{i}")(b)
+      if i > 0:  # As in ELMo: no residual around the first layer.
         f, b = f + fwd, b + bwd
+      f = nn.with_logical_constraint(f, ACTIVATION_AXES)
+      b = nn.with_logical_constraint(b, ACTIVATION_AXES)
       layers.append(jnp.concatenate([f, b], axis=-1))
       fwd = drop(f, deterministic=deterministic)
       bwd = drop(b, deterministic=deterministic)
-    logits = self._softmax(jnp.stack([fwd, bwd]))
-    return {"forward_logits": logits[0], "backward_logits": logits[1],
-            "layers": tuple(layers), "hidden": layers[-1]}
+    return layers, fwd, bwd
 
   def _token_layer(self, tokens, chars):
     """Context-free token vectors [B,T,D] float32."""
@@ -318,8 +336,6 @@ def _check(cfg: Config, chars) -> None:
   if cfg.scan_layers:
     raise ValueError("elmo: scan_layers is not supported (its first layer "
                      "has no residual, so layers differ); set it False")
-  if cfg.adapter_dim:
-    raise ValueError("elmo: adapter_dim must be 0 (no adapters for LSTMs)")
   if cfg.char_cnn and cfg.tie_embeddings:
     raise ValueError("elmo: tie_embeddings needs a token table, but "
                      "char_cnn=True builds tokens from characters")

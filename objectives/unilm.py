@@ -1,0 +1,61 @@
+"""UniLM: one network, three attention masks, one cloze task.
+
+Each row draws a mode: bidirectional (every piece sees its document),
+left-to-right (causal) or seq2seq (each document split at a random point:
+the source sees itself, the target sees the source and its own past).
+Pieces are masked as in BERT in every mode and predicted from the masked
+input (Dong et al. 2019).
+"""
+
+import jax
+import jax.numpy as jnp
+
+from objectives import common
+from objectives import mlm as mlm_lib
+from objectives import register
+from objectives import segments
+from objectives import transforms
+
+
+class UniLM(common.Scheme):
+  """MLM under a per-row bidirectional, left-to-right or seq2seq mask."""
+  name = "unilm"
+  interfaces = ("encoder",)
+  defaults = dict(mlm_lib.MLM_DEFAULTS,
+                  mode_probs=(1 / 3, 1 / 3, 1 / 3))  # bidir, l2r, seq2seq
+  model_overrides = {"nsp_head": False}
+
+  def setup(self):
+    probs = tuple(self.options["mode_probs"])
+    if len(probs) != 3 or min(probs) < 0 or sum(probs) <= 0:
+      raise ValueError("mode_probs must be 3 non-negative weights "
+                       f"(bidirectional, left-to-right, seq2seq); got {probs}")
+    self.log_probs = tuple(float(jnp.log(p / sum(probs) + 1e-30))
+                           for p in probs)
+
+  def corrupt(self, batch, rng):
+    k_mode, k_split, k_mask = jax.random.split(rng, 3)
+    b = batch["tokens"].shape[0]
+    modes = jax.random.categorical(k_mode, jnp.array(self.log_probs),
+                                   shape=(b,))
+    prefix = segments.prefix_split(k_split, batch, self.specials)
+    opts = {k: v for k, v in self.options.items() if k != "mode_probs"}
+    tokens, mask = mlm_lib.mask_tokens(k_mask, batch, self.specials, **opts)
+    return dict(batch, inputs=tokens, mask=mask, modes=modes, prefix=prefix)
+
+  def model_inputs(self, inputs):
+    doc = inputs["doc_ids"]
+    return (inputs["inputs"],), {
+        "segment_ids": doc,
+        "positions": transforms.positions_from_segments(doc),
+        "mask": segments.unilm_attention(inputs["modes"], inputs["prefix"])}
+
+  def score(self, params, inputs, outputs, rng, deterministic):
+    return {"mlm": common.token_sums(outputs["logits"], inputs["tokens"],
+                                     inputs["mask"])}
+
+
+@register("unilm")
+def unilm(model, size, specials, **options):
+  """UniLM's mixture of bidirectional, left-to-right and seq2seq LMs."""
+  return UniLM(model, size, specials, **options)

@@ -1,0 +1,286 @@
+"""Task examples to fixed-shape arrays, and predictions back to metric inputs.
+
+Host side only (numpy). Every split becomes a dict of arrays with a leading
+example axis N and a fixed length, so one jitted step serves every batch.
+
+Encoder rows (heads): `[cls] text [sep]`, pairs `[cls] a [sep] b [sep]`
+with token types 0/1, tags `[cls] pieces [sep]` with each word's tag on its
+first piece (-1 elsewhere), span QA `[cls] question [sep] context [sep]`
+with the answer's first/last piece and a mask of the context positions.
+
+Text-to-text rows: encoder-decoders get `inputs eos` and `targets eos`
+(decoder inputs shifted right from the start id); decoders get
+`inputs [sep] targets eos` for training and left-padded `inputs [sep]`
+prompts for generation.
+
+Letters: N examples, T length, S encoder length, P prompt length.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from data.tasks import encode as task_encode
+from data.tasks import metrics as task_metrics
+
+
+@dataclasses.dataclass(frozen=True)
+class Ids:
+  """The special ids rows are built with (from `tokenizer.specials()`)."""
+  pad: int
+  eos: int
+  cls: int
+  sep: int
+
+  @classmethod
+  def of(cls, tokenizer) -> "Ids":
+    """The ids of a zoo tokenizer."""
+    s = tokenizer.specials()
+    return cls(pad=s["pad"], eos=s["eos"], cls=s["cls"], sep=s["sep"])
+
+
+def _fill(rows: list[list[int]], length: int, value: int) -> np.ndarray:
+  """int32 [N,length]: rows right-padded (already no longer than length)."""
+  out = np.full((len(rows), length), value, np.int32)
+  for i, row in enumerate(rows):
+    out[i, :len(row)] = row
+  return out
+
+
+def _truncate_pair(a: list[int], b: list[int], room: int):
+  """Cuts the longer of a and b until len(a) + len(b) <= room."""
+  a, b = list(a), list(b)
+  while len(a) + len(b) > room:
+    (a if len(a) >= len(b) else b).pop()
+  return a, b
+
+
+def _sentence_rows(kind: str, examples, tokenizer, ids: Ids, max_len: int):
+  """tokens, token_types int32 [N,T] of class/regression/pair examples."""
+  first = tokenizer.encode_batch([ex.get("text", ex["inputs"])
+                                  for ex in examples])
+  toks, types = [], []
+  for ex, a in zip(examples, first):
+    if kind == "pair":
+      a, b = _truncate_pair(a, tokenizer.encode(ex["text_b"]), max_len - 3)
+      toks.append([ids.cls] + a + [ids.sep] + b + [ids.sep])
+      types.append([0] * (len(a) + 2) + [1] * (len(b) + 1))
+    else:
+      a = a[:max_len - 2]
+      toks.append([ids.cls] + a + [ids.sep])
+      types.append([0] * (len(a) + 2))
+  return _fill(toks, max_len, ids.pad), _fill(types, max_len, 0)
+
+
+def word_pieces(tokenizer, words: list[str]):
+  """`(ids, first)`: the pieces of a sentence and, per word, the index of
+  its first piece in `ids` (-1 for a word that encodes to no piece)."""
+  ids, first = [], []
+  for pieces in tokenizer.encode_batch(list(words)):
+    first.append(len(ids) if pieces else -1)
+    ids += pieces
+  return ids, first
+
+
+def _tag_rows(examples, tokenizer, ids: Ids, max_len: int) -> dict:
+  """tokens, tags [N,T] (-1 ignored) and word_pos [N,W] (-1: no piece kept).
+
+  Positions count the leading [cls]; words past the window get -1, so
+  they score as wrong rather than vanish from the metric.
+  """
+  toks, tags, positions = [], [], []
+  for ex in examples:
+    pieces, first = word_pieces(tokenizer, ex["words"])
+    pieces = pieces[:max_len - 2]
+    row_tags = [-1] * (len(pieces) + 2)
+    pos = []
+    for f, tag in zip(first, ex["tags"]):
+      keep = 0 <= f < len(pieces)
+      pos.append(f + 1 if keep else -1)
+      if keep:
+        row_tags[f + 1] = tag
+    toks.append([ids.cls] + pieces + [ids.sep])
+    tags.append(row_tags)
+    positions.append(pos)
+  width = max(1, max(len(p) for p in positions))
+  return {"tokens": _fill(toks, max_len, ids.pad),
+          "tags": _fill(tags, max_len, -1),
+          "word_pos": _fill(positions, width, -1)}
+
+
+def _span_rows(examples, tokenizer, ids: Ids, max_len: int,
+               max_question: int = 32) -> dict:
+  """tokens, answer_mask [N,T]; start, end [N] (-1: answer cut off)."""
+  toks, masks, starts, ends = [], [], [], []
+  for ex in examples:
+    question = tokenizer.encode(ex["question"])[:max_question]
+    begin = ex["answer_start"]
+    context, (first, last) = task_encode.answer_span(
+        tokenizer, ex["context"], begin, begin + len(ex["answer"]))
+    context = context[:max_len - len(question) - 3]
+    offset = len(question) + 2
+    toks.append([ids.cls] + question + [ids.sep] + context + [ids.sep])
+    masks.append([0] * offset + [1] * len(context))
+    inside = last < len(context)
+    starts.append(offset + first if inside else -1)
+    ends.append(offset + last if inside else -1)
+  return {"tokens": _fill(toks, max_len, ids.pad),
+          "answer_mask": _fill(masks, max_len, 0).astype(bool),
+          "start": np.asarray(starts, np.int32),
+          "end": np.asarray(ends, np.int32)}
+
+
+def encoder_arrays(kind: str, examples: list[dict], tokenizer,
+                   max_len: int) -> dict[str, np.ndarray]:
+  """Arrays an encoder with a head trains and predicts on.
+
+  Args:
+    kind: a task kind other than "seq2seq".
+    examples: task examples (raw; ids are computed here).
+    tokenizer: a zoo tokenizer.
+    max_len: T.
+
+  Returns:
+    "tokens" int32 [N,T], "token_types" int32 [N,T] (class/pair/regression),
+    and per kind: "label" int32 [N] (class, pair) or float32 [N]
+    (regression); "tags" int32 [N,T] and "word_pos" [N,W] (tags); "start",
+    "end" int32 [N] and "answer_mask" bool [N,T] (span).
+  """
+  ids = Ids.of(tokenizer)
+  if kind in ("class", "pair", "regression"):
+    tokens, types = _sentence_rows(kind, examples, tokenizer, ids, max_len)
+    dtype = np.float32 if kind == "regression" else np.int32
+    return {"tokens": tokens, "token_types": types,
+            "label": np.asarray([ex["label"] for ex in examples], dtype)}
+  if kind == "tags":
+    return _tag_rows(examples, tokenizer, ids, max_len)
+  if kind == "span":
+    return _span_rows(examples, tokenizer, ids, max_len)
+  raise ValueError(f"task kind {kind!r} has no encoder head; encoders take "
+                   "class, pair, regression, tags or span tasks")
+
+
+def encdec_arrays(examples: list[dict], tokenizer, *, inputs_len: int,
+                  targets_len: int, start_id: int) -> dict[str, np.ndarray]:
+  """Teacher-forcing arrays of an encoder-decoder.
+
+  Returns:
+    "enc_tokens" int32 [N,S], "dec_tokens" int32 [N,T] (targets shifted
+    right after `start_id`), "targets" int32 [N,T], "weights" float32 [N,T].
+  """
+  ids = Ids.of(tokenizer)
+  enc = [x[:inputs_len - 1] + [ids.eos] for x in
+         tokenizer.encode_batch([ex["inputs"] for ex in examples])]
+  tgt = [y[:targets_len - 1] + [ids.eos] for y in
+         tokenizer.encode_batch([ex["targets"] for ex in examples])]
+  targets = _fill(tgt, targets_len, ids.pad)
+  dec = _fill([[start_id] + y[:-1] for y in tgt], targets_len, ids.pad)
+  weights = _fill([[1] * len(y) for y in tgt], targets_len, 0)
+  return {"enc_tokens": _fill(enc, inputs_len, ids.pad), "dec_tokens": dec,
+          "targets": targets, "weights": weights.astype(np.float32)}
+
+
+def _prompts(examples, tokenizer, ids: Ids, prompt_len: int):
+  """Each example's `inputs [sep]`, at most prompt_len ids."""
+  return [x[:prompt_len - 1] + [ids.sep] for x in
+          tokenizer.encode_batch([ex["inputs"] for ex in examples])]
+
+
+def decoder_arrays(examples: list[dict], tokenizer, *, prompt_len: int,
+                   targets_len: int) -> dict[str, np.ndarray]:
+  """Next-token arrays of a decoder conditioned on `inputs [sep]`.
+
+  Returns:
+    "tokens" int32 [N,P+T] (`inputs [sep] targets eos`, right-padded),
+    "segment_ids" int32 [N,P+T] (1 on real ids), "targets" int32 [N,P+T]
+    (the next id), "weights" float32 [N,P+T] (1 where the next id is a
+    target piece or the closing eos), "prompt" int32 [N,P] (left-padded
+    `inputs [sep]`, for generation).
+  """
+  ids = Ids.of(tokenizer)
+  prompts = _prompts(examples, tokenizer, ids, prompt_len)
+  tgt = [y[:targets_len - 1] + [ids.eos] for y in
+         tokenizer.encode_batch([ex["targets"] for ex in examples])]
+  length = prompt_len + targets_len
+  rows = [p + y for p, y in zip(prompts, tgt)]
+  nxt = [r[1:] for r in rows]
+  weights = [[0] * (len(p) - 1) + [1] * len(y) for p, y in zip(prompts, tgt)]
+  left = np.full((len(prompts), prompt_len), ids.pad, np.int32)
+  for i, p in enumerate(prompts):
+    left[i, prompt_len - len(p):] = p
+  return {"tokens": _fill(rows, length, ids.pad),
+          "segment_ids": _fill([[1] * len(r) for r in rows], length, 0),
+          "targets": _fill(nxt, length, ids.pad),
+          "weights": _fill(weights, length, 0).astype(np.float32),
+          "prompt": left}
+
+
+def target_len(examples: list[dict], tokenizer, cap: int) -> int:
+  """Longest target in pieces plus eos, at most `cap`."""
+  ids = tokenizer.encode_batch([ex["targets"] for ex in examples])
+  return min(cap, max(len(y) for y in ids) + 1)
+
+
+def head_scores(task, examples: list[dict], arrays: dict, outputs: dict,
+                tokenizer) -> dict[str, float]:
+  """The task's metric of a head's predictions.
+
+  Args:
+    task: the `data.tasks.Task`.
+    examples: the N examples predicted.
+    arrays: their `encoder_arrays`.
+    outputs: numpy predictions: "label" [N] (class ids or real values),
+      "tags" [N,T], or "start"/"end" [N].
+    tokenizer: decodes predicted answer spans.
+  """
+  if task.kind in ("class", "pair", "regression"):
+    gold = [ex["label"] for ex in examples]
+    return task_metrics.compute(task.metric, outputs["label"].tolist(), gold)
+  if task.kind == "tags":
+    pos = arrays["word_pos"]
+    preds, gold = [], []
+    for i, ex in enumerate(examples):
+      p = pos[i, :len(ex["tags"])]
+      preds += np.where(p >= 0, outputs["tags"][i, np.maximum(p, 0)],
+                        -1).tolist()
+      gold += list(ex["tags"])
+    return task_metrics.compute(task.metric, preds, gold)
+  texts = [tokenizer.decode(arrays["tokens"][i, s:e + 1])
+           for i, (s, e) in enumerate(zip(outputs["start"], outputs["end"]))]
+  return task_metrics.compute(task.metric, texts,
+                              [ex["answer"] for ex in examples])
+
+
+def text_scores(task, examples: list[dict], texts: list[str]
+                ) -> dict[str, float]:
+  """The task's metric of generated target strings.
+
+  Class and pair outputs map to a label index (-1 when the text names no
+  label), regression outputs parse as floats (0.0 when they do not), tags
+  split on spaces word by word; span and seq2seq compare strings.
+  """
+  texts = [t.strip() for t in texts]
+  if task.kind in ("class", "pair"):
+    preds = [task.labels.index(t) if t in task.labels else -1 for t in texts]
+    return task_metrics.compute(task.metric, preds,
+                                [ex["label"] for ex in examples])
+  if task.kind == "regression":
+    return task_metrics.compute(task.metric, [_as_float(t) for t in texts],
+                                [ex["label"] for ex in examples])
+  if task.kind == "tags":
+    preds, gold = [], []
+    for ex, text in zip(examples, texts):
+      words = text.split() + [""] * len(ex["tags"])
+      preds += [task.labels.index(w) if w in task.labels else -1
+                for w in words[:len(ex["tags"])]]
+      gold += list(ex["tags"])
+    return task_metrics.compute(task.metric, preds, gold)
+  return task_metrics.compute(task.metric, texts,
+                              [ex["targets"] for ex in examples])
+
+
+def _as_float(text: str) -> float:
+  try:
+    return float(text)
+  except ValueError:
+    return 0.0

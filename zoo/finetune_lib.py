@@ -1,0 +1,275 @@
+"""The jitted pieces of fine-tuning: backbone call, task heads, loss, steps.
+
+A fine-tuning params tree is `{"backbone": <family params>, "head": <head
+params>}` (text-to-text runs have no head). `Spec` is the static, hashable
+description of a run, so one compiled train step serves every seed and
+every call with the same backbone, task kind and mode.
+
+Letters: B batch, T length, S encoder length, D embed, C classes, L layers.
+"""
+
+import dataclasses
+import functools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from zoo import models
+from zoo import optim
+from zoo.models import heads
+
+MODES = ("full", "frozen", "adapters", "scalar_mix")
+HEAD_KINDS = ("class", "pair", "regression", "tags", "span")
+# Backbones whose first position is no summary token: pool by mean.
+_MEAN_POOL = ("t5", "elmo", "gpt2")
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+  """Everything static about a fine-tuning run.
+
+  Attributes:
+    family: model family name.
+    config: the backbone's frozen `Config` (adapters already set).
+    interface: "encoder", "lstm", "encdec" or "decoder".
+    kind: the task kind.
+    mode: one of `MODES`.
+    num_labels: C (classes or tags); 0 otherwise.
+    steps, lr, warmup_steps, weight_decay, clip_norm: the AdamW recipe.
+    head_dropout: dropout inside the head.
+  """
+  family: str
+  config: Any
+  interface: str
+  kind: str
+  mode: str = "full"
+  num_labels: int = 0
+  steps: int = 100
+  lr: float = 1e-4
+  warmup_steps: int = 10
+  weight_decay: float = 0.01
+  clip_norm: float = 1.0
+  head_dropout: float = 0.1
+
+  @property
+  def text_to_text(self) -> bool:
+    """True for encoder-decoders and decoders (no head; they generate)."""
+    return self.interface in ("encdec", "decoder")
+
+  @property
+  def num_states(self) -> int:
+    """L+1, the length of the backbone's "layers" tuple."""
+    return self.config.num_layers + 1
+
+
+def interface_of(family: str, config) -> str:
+  """The backbone interface of a family under a config (t5 may be either)."""
+  mod = models.get(family)
+  if hasattr(mod, "interface"):
+    return mod.interface(config)
+  return mod.INTERFACE
+
+
+class TaskHead(nn.Module):
+  """The head of an encoder task, optionally over a scalar mix of layers.
+
+  Attributes:
+    kind: task kind (one of `HEAD_KINDS`).
+    num_labels: C.
+    pool: "cls" or "mean".
+    mix_layers: L+1 to mix `outputs["layers"]`; 0 reads `outputs["hidden"]`.
+    dropout_rate: head dropout.
+  """
+  kind: str
+  num_labels: int
+  pool: str = "cls"
+  mix_layers: int = 0
+  dropout_rate: float = 0.1
+
+  @nn.compact
+  def __call__(self, outputs: dict, mask: jax.Array,
+               answer_mask: jax.Array | None = None,
+               deterministic: bool = True):
+    """Backbone outputs, mask [B,T] bool -> [B,C], [B], [B,T,C] or spans."""
+    if self.mix_layers:
+      h = heads.ScalarMix(self.mix_layers, name="mix")(outputs["layers"],
+                                                       mask)
+    else:
+      h = outputs["hidden"]
+    kw = dict(pool=self.pool, pre_dense=True, dropout_rate=self.dropout_rate)
+    if self.kind in ("class", "pair"):
+      return heads.SequenceClassifier(self.num_labels, **kw, name="classify")(
+          h, mask, deterministic=deterministic)
+    if self.kind == "regression":
+      return heads.Regressor(1, **kw, name="regress")(
+          h, mask, deterministic=deterministic)
+    if self.kind == "tags":
+      return heads.TokenTagger(self.num_labels, dropout_rate=self.dropout_rate,
+                               name="tag")(h, mask, deterministic=deterministic)
+    return heads.SpanQA(name="span")(h, answer_mask)
+
+
+def task_head(spec: Spec) -> TaskHead:
+  """The `TaskHead` of a spec."""
+  mix = spec.num_states if spec.mode == "scalar_mix" else 0
+  pool = "mean" if spec.family in _MEAN_POOL else "cls"
+  return TaskHead(spec.kind, spec.num_labels, pool, mix, spec.head_dropout)
+
+
+def backbone_outputs(spec: Spec, params, batch: dict, *, deterministic: bool,
+                     rng=None) -> dict:
+  """The backbone's output dict on an encoder batch ("tokens" [B,T], ...)."""
+  model = models.get(spec.family).Model(spec.config)
+  rngs = None if deterministic else {"dropout": rng}
+  kw = {"deterministic": deterministic}
+  if spec.interface != "lstm":
+    kw["return_logits"] = False
+  if getattr(spec.config, "type_vocab_size", 0) > 1 and "token_types" in batch:
+    kw["token_types"] = batch["token_types"]
+  return model.apply({"params": params}, batch["tokens"], rngs=rngs, **kw)
+
+
+def head_forward(spec: Spec, params, batch: dict, *, deterministic: bool,
+                 rng=None):
+  """Backbone then head: the head's output on an encoder batch."""
+  backbone_rng, head_rng = jax.random.split(rng) if rng is not None else (
+      None, None)
+  # A frozen backbone is a feature extractor: no dropout inside it.
+  frozen = spec.mode in ("frozen", "scalar_mix")
+  out = backbone_outputs(spec, params["backbone"], batch,
+                         deterministic=deterministic or frozen,
+                         rng=backbone_rng)
+  mask = batch["tokens"] != spec.config.pad_id
+  rngs = None if deterministic else {"dropout": head_rng}
+  return task_head(spec).apply({"params": params["head"]}, out, mask,
+                               batch.get("answer_mask"),
+                               deterministic=deterministic, rngs=rngs)
+
+
+def _xent(logits, labels, weights):
+  """Sum of cross-entropies [..., C] vs int labels, and the weight sum."""
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32))
+  nll = -jnp.take_along_axis(logp, jnp.maximum(labels, 0)[..., None],
+                             -1)[..., 0]
+  return jnp.sum(nll * weights), jnp.sum(weights)
+
+
+def head_loss(spec: Spec, params, batch: dict, rng) -> jax.Array:
+  """Mean training loss of an encoder head on a batch."""
+  out = head_forward(spec, params, batch, deterministic=False, rng=rng)
+  if spec.kind in ("class", "pair"):
+    total, count = _xent(out, batch["label"], jnp.ones(out.shape[:1]))
+  elif spec.kind == "regression":
+    total, count = jnp.sum(jnp.square(out - batch["label"])), out.shape[0]
+  elif spec.kind == "tags":
+    tags = batch["tags"]
+    total, count = _xent(out, tags, (tags >= 0).astype(jnp.float32))
+  else:
+    total = 0.0
+    for name in ("start", "end"):
+      pick = jnp.take_along_axis(out[f"{name}_log_probs"],
+                                 batch[name][:, None], 1)
+      total -= jnp.sum(pick) / 2
+    count = batch["start"].shape[0]
+  return total / jnp.maximum(count, 1.0)
+
+
+def text_loss(spec: Spec, params, batch: dict, rng) -> jax.Array:
+  """Mean token cross-entropy of a text-to-text batch (teacher forcing)."""
+  model = models.get(spec.family).Model(spec.config)
+  variables, rngs = {"params": params["backbone"]}, {"dropout": rng}
+  if spec.interface == "encdec":
+    logits = model.apply(variables, batch["enc_tokens"], batch["dec_tokens"],
+                         deterministic=False, rngs=rngs)["logits"]
+  else:
+    logits = model.apply(variables, batch["tokens"],
+                         segment_ids=batch["segment_ids"],
+                         deterministic=False, rngs=rngs)["logits"]
+  total, count = _xent(logits, batch["targets"], batch["weights"])
+  return total / jnp.maximum(count, 1.0)
+
+
+def trainable(spec: Spec, params) -> Any:
+  """A tree of Python bools like `params`: True where the optimizer updates.
+
+  full: everything; frozen and scalar_mix: the head; adapters: the head and
+  every backbone param under a path containing "adapter".
+  """
+  def every(tree, value):
+    return jax.tree_util.tree_map(lambda _: value, tree)
+  if spec.mode == "full":
+    backbone = every(params["backbone"], True)
+  elif spec.mode == "adapters":
+    backbone = heads.adapter_mask(params["backbone"], train_head=False)
+  else:
+    backbone = every(params["backbone"], False)
+  out = {"backbone": backbone}
+  if "head" in params:
+    out["head"] = every(params["head"], True)
+  return out
+
+
+def optimizer(spec: Spec, mask) -> optax.GradientTransformation:
+  """AdamW (linear warmup then linear decay, clipping) on trainable params;
+  frozen params get no optimizer state at all."""
+  sched = optim.schedule(ml_collections.ConfigDict(dict(
+      lr=spec.lr, warmup_steps=spec.warmup_steps, decay="linear")),
+                         spec.steps)
+  adamw = optax.adamw(
+      sched, weight_decay=spec.weight_decay,
+      mask=lambda p: jax.tree_util.tree_map(lambda x: x.ndim > 1, p))
+  labels = jax.tree_util.tree_map(lambda t: "train" if t else "frozen", mask)
+  return optax.chain(
+      optax.clip_by_global_norm(spec.clip_norm),
+      optax.multi_transform({"train": adamw, "frozen": optax.set_to_zero()},
+                            labels))
+
+
+def init_opt_state(spec: Spec, params):
+  """The optimizer state of `optimizer(spec, trainable(spec, params))`."""
+  return optimizer(spec, trainable(spec, params)).init(params)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def train_step(spec: Spec, params, opt_state, batch: dict, rng):
+  """One AdamW step on a batch; returns (params, opt_state, loss).
+
+  Frozen params leave the step as they came in (no update is added, so
+  they stay bitwise equal), and no gradient flows into them.
+  """
+  mask = trainable(spec, params)
+  loss_fn = text_loss if spec.text_to_text else head_loss
+
+  def objective(p):
+    p = jax.tree_util.tree_map(
+        lambda x, t: x if t else jax.lax.stop_gradient(x), p, mask)
+    return loss_fn(spec, p, batch, rng)
+
+  loss, grads = jax.value_and_grad(objective)(params)
+  updates, opt_state = optimizer(spec, mask).update(grads, opt_state, params)
+  params = jax.tree_util.tree_map(lambda p, u, t: p + u if t else p,
+                                  params, updates, mask)
+  return params, opt_state, loss
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def predict_step(spec: Spec, params, batch: dict) -> dict:
+  """Head predictions on an encoder batch.
+
+  Returns:
+    "label" [B] int32 (class, pair) or float32 (regression); "tags" [B,T]
+    int32; or "start", "end" [B] int32 (span, end inclusive).
+  """
+  out = head_forward(spec, params, batch, deterministic=True)
+  if spec.kind in ("class", "pair"):
+    return {"label": jnp.argmax(out, -1).astype(jnp.int32)}
+  if spec.kind == "regression":
+    return {"label": out}
+  if spec.kind == "tags":
+    return {"tags": jnp.argmax(out, -1).astype(jnp.int32)}
+  start, end = heads.best_span(out["start_logits"], out["end_logits"])
+  return {"start": start, "end": end}
