@@ -7,6 +7,7 @@ direction; every layer above the first adds its input back (a residual).
 The forward LM at position t predicts token t+1, the backward LM predicts
 t-1; one softmax (its own table, or the token table when tied) serves both.
 Every layer is returned, forward|backward concatenated, for a scalar mix.
+With `adapter_dim > 0` a bottleneck adapter follows every LSTM layer.
 
 LSTM states restart wherever `segment_ids` changes, so packed documents
 never see each other; the forward states at t depend on tokens <= t only,

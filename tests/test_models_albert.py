@@ -1,0 +1,35 @@
+"""ALBERT at tiny: shapes, one shared block, factorised embeddings."""
+
+import chex
+import jax
+
+from tests import model_checks as mc
+from zoo import models
+
+
+def test_outputs_axes_sharing_and_sharded_forward():
+  config, model = models.make("albert", "tiny")
+  x = mc.tokens()
+  variables = mc.init(model, x)
+  mc.check_logical_axes(variables)
+  params = variables["params"]
+  assert list(params["encoder"]) == ["layer"]  # one block for all layers
+  table = params["embeddings"]["token"]["embedding"].value
+  assert table.shape == (config.vocab_size, config.embedding_dim)
+  out = mc.sharded_equals_unsharded(model, variables, x)
+  b, t, d = 4, 16, config.embed_dim
+  chex.assert_shape(out["hidden"], (b, t, d))
+  chex.assert_shape(out["logits"], (b, t, config.vocab_size))
+  chex.assert_shape(out["pooled"], (b, d))
+  chex.assert_shape(out["sop_logits"], (b, 2))
+  chex.assert_shape(list(out["layers"]), (b, t, d))
+  assert len(out["layers"]) == config.num_layers + 1
+  # Deeper with the same params: sharing means no new params appear.
+  deeper = models.get("albert").Model(
+      models.make_config("albert", "tiny", num_layers=5))
+  shapes = jax.eval_shape(deeper.init, jax.random.key(0), x)
+  chex.assert_trees_all_equal_shapes(
+      jax.tree.map(lambda a: a.value, shapes["params"],
+                   is_leaf=lambda a: hasattr(a, "value")),
+      jax.tree.map(lambda a: a.value, params,
+                   is_leaf=lambda a: hasattr(a, "value")))

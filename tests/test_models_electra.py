@@ -1,0 +1,45 @@
+"""ELECTRA at tiny: the discriminator Model and the shared-embedding Pair."""
+
+import chex
+import jax
+import numpy as np
+
+from tests import model_checks as mc
+from zoo import models
+from zoo.models import electra
+
+
+def test_discriminator_outputs_axes_and_sharded_forward():
+  config, model = models.make("electra", "tiny")
+  x = mc.tokens()
+  variables = mc.init(model, x)
+  mc.check_logical_axes(variables)
+  out = mc.sharded_equals_unsharded(model, variables, x)
+  b, t, d = 4, 16, config.embed_dim
+  chex.assert_shape(out["hidden"], (b, t, d))
+  chex.assert_shape(out["logits"], (b, t))
+  chex.assert_shape(list(out["layers"]), (b, t, d))
+  assert len(out["layers"]) == config.num_layers + 1
+
+
+def test_pair_shares_embeddings_and_scales_the_generator():
+  config = models.make_config("electra", "tiny")
+  pair = electra.Pair(config)
+  x = mc.tokens()
+  variables = mc.init(pair, x)
+  mc.check_logical_axes(variables)
+  params = variables["params"]
+  assert set(params) == {"embeddings", "generator_body",
+                         "discriminator_body"}
+  gen_d = config.generator().embed_dim
+  assert gen_d == int(config.embed_dim * config.generator_fraction)
+  gen, disc = jax.jit(pair.apply)(mc.sharding.unbox(variables), x)
+  chex.assert_shape(gen["hidden"], (4, 16, gen_d))
+  chex.assert_shape(gen["logits"], (4, 16, config.vocab_size))
+  chex.assert_shape(disc["logits"], (4, 16))
+  # The generator's MLM logits move when the shared table moves.
+  bumped = jax.tree.map(lambda a: a, mc.sharding.unbox(variables))
+  table = bumped["params"]["embeddings"]["token"]["embedding"]
+  bumped["params"]["embeddings"]["token"]["embedding"] = table * 1.5
+  gen2 = jax.jit(lambda v: pair.apply(v, x, method="generator"))(bumped)
+  assert np.abs(gen2["logits"] - gen["logits"]).max() > 1e-4
