@@ -1,5 +1,5 @@
 """Masked LM: `mlm` (BERT, RoBERTa), `wwm` (whole words), `phrase_mlm`
-(ERNIE-style phrases and entities, mixed with whole-word masking).
+(ERNIE-style phrases and entities, mixed with piece masking).
 
 A fresh mask every step (RoBERTa's dynamic masking): the noise comes from
 the step's rng inside jit. Noised positions become [MASK] 80%, a random
@@ -33,8 +33,8 @@ def mask_tokens(rng, batch, specials, rate=0.15, mask_rate=0.8,
       for the word and phrase units.
     specials: `objectives.Specials`.
     rate, mask_rate, random_rate: see `MLM_DEFAULTS`.
-    unit: "token", "word" or "phrase" (a phrase where `phrase_ids` > 0,
-      otherwise the whole word).
+    unit: "token", "word" or "phrase" (ERNIE: a whole phrase where
+      `phrase_ids` > 0, single pieces elsewhere).
 
   Returns:
     ([B, L] int32 corrupted tokens, [B, L] bool noised positions).
@@ -48,8 +48,9 @@ def mask_tokens(rng, batch, specials, rate=0.15, mask_rate=0.8,
     mask = noise.iid_mask(k_mask, ok, rate)
   else:
     ids = batch["word_ids"]
-    if unit == "phrase":  # negative word ids cannot collide with phrases
-      ids = jnp.where(batch["phrase_ids"] > 0, batch["phrase_ids"], -ids)
+    if unit == "phrase":  # a piece outside phrases is its own unit
+      own = -1 - jnp.broadcast_to(jnp.arange(ids.shape[-1]), ids.shape)
+      ids = jnp.where(batch["phrase_ids"] > 0, batch["phrase_ids"], own)
     mask = noise.unit_mask(k_mask, noise.unit_starts(ids, ok), ok, rate)
   out = noise.replace_tokens(k_swap, tokens, mask, specials, mask_rate,
                              random_rate)
@@ -107,5 +108,5 @@ def wwm(model, size, specials, **options):
 
 @register("phrase_mlm")
 def phrase_mlm(model, size, specials, **options):
-  """ERNIE-style masking of whole phrases/entities, and words elsewhere."""
+  """ERNIE-style masking of whole phrases/entities, and pieces elsewhere."""
   return PhraseLM(model, size, specials, **options)

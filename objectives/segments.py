@@ -86,19 +86,9 @@ def build_pair(first, a_start, a_len, second, b_start, b_len, specials,
   b_len = jnp.clip(b_len, 0, length - 3 - a_len)
   t = jnp.arange(length)[None, :]
   a_end, b_end = 1 + a_len[:, None], 2 + a_len[:, None] + b_len[:, None]
-  in_a = (t >= 1) & (t < a_end)
-  in_b = (t >= a_end + 1) & (t < b_end)
-  src_a = jnp.clip(a_start[:, None] + t - 1, 0, None)
-  src_b = jnp.clip(b_start[:, None] + t - a_end - 1, 0, None)
-  out = {}
-  last = first["tokens"].shape[-1] - 1
-  src_a, src_b = jnp.minimum(src_a, last), jnp.minimum(src_b, last)
-  for key in first:
-    va = jnp.take_along_axis(first[key], src_a, -1)
-    vb = jnp.take_along_axis(second[key], src_b, -1)
-    if key != "tokens":  # B's units must never merge with A's
-      vb = jnp.where(vb > 0, vb + 2 * last + 2, 0)
-    out[key] = jnp.where(in_a, va, jnp.where(in_b, vb, 0))
+  out = _lay_out(first, a_start[:, None] + t - 1, (t >= 1) & (t < a_end),
+                 second, b_start[:, None] + t - a_end - 1,
+                 (t >= a_end + 1) & (t < b_end))
   tok = jnp.where(t == 0, specials.cls, out["tokens"])
   tok = jnp.where((t == a_end) | (t == b_end), specials.sep, tok)
   out["tokens"] = tok
@@ -106,6 +96,20 @@ def build_pair(first, a_start, a_len, second, b_start, b_len, specials,
   out["token_types"] = ((t > a_end) & valid).astype(jnp.int32)
   out["segment_ids"] = valid.astype(jnp.int32)
   out["a_len"], out["b_len"] = a_len, b_len
+  return out
+
+
+def _lay_out(first, src_a, in_a, second, src_b, in_b):
+  """Every key gathered from A's rows where `in_a`, B's where `in_b`."""
+  last = first["tokens"].shape[-1] - 1
+  src_a, src_b = jnp.clip(src_a, 0, last), jnp.clip(src_b, 0, last)
+  out = {}
+  for key in first:
+    va = jnp.take_along_axis(first[key], src_a, -1)
+    vb = jnp.take_along_axis(second[key], src_b, -1)
+    if key != "tokens":  # B's units must never merge with A's
+      vb = jnp.where(vb > 0, vb + 2 * last + 2, 0)
+    out[key] = jnp.where(in_a, va, jnp.where(in_b, vb, 0))
   return out
 
 

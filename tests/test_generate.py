@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from zoo import finetune
 from zoo import generate
 from zoo import models
 
@@ -12,28 +13,36 @@ V = 64
 G = 6
 
 
-def _params(family, config, enc_len=8, dec_len=G):
-  model = models.get(family).Model(config)
-  x = jnp.zeros((1, enc_len), jnp.int32) + 7
-  args = (x, jnp.zeros((1, dec_len), jnp.int32)) if (
-      models.get(family).INTERFACE == "encdec") else (x,)
-  return model, jax.jit(model.init)(jax.random.key(3), *args)["params"]
+@pytest.fixture(scope="module")
+def nets():
+  """family -> (model, config, params) of random tiny models, built once."""
+  out = {}
+  for family in ("t5", "bart", "gpt2"):
+    config = models.make_config(family, "tiny", vocab_size=V,
+                                dropout_rate=0.0)
+    model = models.get(family).Model(config)
+    x = jnp.zeros((1, 8), jnp.int32) + 7
+    args = (x,) if family == "gpt2" else (x, x[:, :G])
+    params = finetune.run_once(lambda r, a=args, m=model: m.init(r, *a),
+                               jax.random.key(3))["params"]
+    out[family] = (model, config, params)
+  return out
 
 
-def _encdec_by_hand(model, params, enc_row, start, steps):
-  """Greedy ids by re-running the full model on the growing prefix."""
-  enc = jnp.asarray(enc_row)[None]
-  dec = [start]
+def _by_hand(forward, prefix, steps, length):
+  """Greedy ids by re-running `forward` on the growing prefix, right-padded
+  to a fixed `length` (causal attention ignores the padding after it)."""
+  seq = list(prefix)
   for _ in range(steps):
-    logits = model.apply({"params": params}, enc, jnp.asarray(dec)[None])
-    dec.append(int(jnp.argmax(logits["logits"][0, -1])))
-  return dec[1:]
+    row = np.zeros((1, length), np.int32)
+    row[0, :len(seq)] = seq
+    seq.append(int(jnp.argmax(forward(row)[0, len(seq) - 1])))
+  return seq[len(prefix):]
 
 
 @pytest.mark.parametrize("family", ["t5", "bart"])
-def test_greedy_encdec_equals_argmax_loop(family):
-  config = models.make_config(family, "tiny", vocab_size=V, dropout_rate=0.0)
-  model, params = _params(family, config)
+def test_greedy_encdec_equals_argmax_loop(nets, family):
+  model, config, params = nets[family]
   enc = np.array([[9, 10, 11, 12, 13, 1, 0, 0], [20, 21, 1, 0, 0, 0, 0, 0]],
                  np.int32)
   start = getattr(config, "decoder_start_id", config.pad_id)
@@ -41,32 +50,27 @@ def test_greedy_encdec_equals_argmax_loop(family):
   got = generate.greedy_encdec(params, enc, family=family, config=config,
                                max_len=G, start_id=start, eos_id=-1)
   assert got.shape == (2, G)
+  full = jax.jit(lambda e, d: model.apply({"params": params}, e, d)["logits"])
   for i, row in enumerate(enc):
-    real = row[:int((row != 0).sum())]
-    want = _encdec_by_hand(model, params, real, start, G)
+    want = _by_hand(lambda d, r=row: full(r[None], d), [start], G, G)
     assert got[i].tolist() == want
 
 
-def test_greedy_decoder_equals_argmax_loop_with_left_padding():
-  config = models.make_config("gpt2", "tiny", vocab_size=V, dropout_rate=0.0)
-  model, params = _params("gpt2", config)
+def test_greedy_decoder_equals_argmax_loop_with_left_padding(nets):
+  model, config, params = nets["gpt2"]
   prompts = [[8, 9, 10, 11, 5], [30, 5]]
   left = np.zeros((2, 5), np.int32)
   for i, p in enumerate(prompts):
     left[i, 5 - len(p):] = p
   got = generate.greedy_decoder(params, left, family="gpt2", config=config,
                                 max_len=G, eos_id=-1)
+  full = jax.jit(lambda t: model.apply({"params": params}, t)["logits"])
   for i, p in enumerate(prompts):
-    seq = list(p)
-    for _ in range(G):
-      logits = model.apply({"params": params}, jnp.asarray(seq)[None])
-      seq.append(int(jnp.argmax(logits["logits"][0, -1])))
-    assert got[i].tolist() == seq[len(p):]
+    assert got[i].tolist() == _by_hand(full, p, G, 5 + G)
 
 
-def test_greedy_stops_rows_at_eos_and_pads_after():
-  config = models.make_config("t5", "tiny", vocab_size=V, dropout_rate=0.0)
-  _, params = _params("t5", config)
+def test_greedy_stops_rows_at_eos_and_pads_after(nets):
+  _, config, params = nets["t5"]
   enc = np.array([[9, 10, 11, 1, 0, 0, 0, 0]], np.int32)
   free = generate.greedy_encdec(params, enc, family="t5", config=config,
                                 max_len=G, start_id=0, eos_id=-1)
@@ -79,16 +83,14 @@ def test_greedy_stops_rows_at_eos_and_pads_after():
   assert generate.trim(got, eos)[0] == free[0, :first].tolist()
 
 
-def _sequence_logprob(model, params, enc, start, ids):
-  dec = jnp.asarray([[start] + list(ids[:-1])])
-  logits = model.apply({"params": params}, enc, dec)["logits"][0]
-  logp = jax.nn.log_softmax(logits)
+def _sequence_logprob(full, enc, start, ids):
+  logits = full(enc, np.asarray([[start] + list(ids[:-1])], np.int32))[0]
+  logp = np.asarray(jax.nn.log_softmax(logits))
   return float(sum(logp[t, i] for t, i in enumerate(ids)))
 
 
-def test_beam_search_scores_at_least_greedy_and_one_beam_is_greedy():
-  config = models.make_config("t5", "tiny", vocab_size=V, dropout_rate=0.0)
-  model, params = _params("t5", config)
+def test_beam_search_scores_at_least_greedy_and_one_beam_is_greedy(nets):
+  model, config, params = nets["t5"]
   enc = np.array([[9, 10, 11, 12, 1, 0, 0, 0], [40, 41, 42, 1, 0, 0, 0, 0]],
                  np.int32)
   kw = dict(family="t5", config=config, max_len=G, start_id=0, eos_id=-1)
@@ -96,10 +98,11 @@ def test_beam_search_scores_at_least_greedy_and_one_beam_is_greedy():
   one = generate.beam_encdec(params, enc, beams=1, **kw)
   assert one.tolist() == greedy.tolist()
   beam = generate.beam_encdec(params, enc, beams=4, **kw)
+  full = jax.jit(lambda e, d: model.apply({"params": params}, e, d)["logits"])
   for i in range(2):
-    row = jnp.asarray(enc[i:i + 1])
-    g = _sequence_logprob(model, params, row, 0, greedy[i].tolist())
-    b = _sequence_logprob(model, params, row, 0, beam[i].tolist())
+    row = enc[i:i + 1]
+    g = _sequence_logprob(full, row, 0, greedy[i].tolist())
+    b = _sequence_logprob(full, row, 0, beam[i].tolist())
     assert b >= g - 1e-4
 
 

@@ -60,7 +60,8 @@ def _reference_attention(q, k, v, mask, bias, scale):
 
 def test_attention_matches_numpy_and_xla_kernel():
   q, k, v = _qkv()
-  mask = jax.random.bernoulli(KEY, 0.7, (2, 5, 6)).at[:, :, 0].set(True)
+  mask = jax.random.bernoulli(KEY, 0.7, (2, 5, 6))
+  mask = mask.at[:, :, 0].set(True)
   bias = jax.random.normal(jax.random.key(3), (1, 2, 5, 6))
   want = _reference_attention(*map(np.asarray, (q, k, v, mask, bias)), 0.3)
   for impl in ("einsum", "xla"):

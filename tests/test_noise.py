@@ -150,8 +150,8 @@ def test_t5_span_mask_density_and_lengths(ok, density, mean):
 
 
 def test_geometric_lengths_mean():
-  lengths = np.asarray(jax.jit(noise.geometric_lengths, static_argnums=(1, 2, 3))(
-      KEY, (20000,), 0.2, 10))
+  draw = jax.jit(noise.geometric_lengths, static_argnums=(1, 2, 3))
+  lengths = np.asarray(draw(KEY, (20000,), 0.2, 10))
   ks = np.arange(1, 11)
   w = 0.8 ** (ks - 1)
   want = (ks * w).sum() / w.sum()
@@ -302,7 +302,8 @@ def test_sentence_permutation(batch):
     s_new = np.asarray(out["sentence_ids"][r])
     t_new, t_old = np.asarray(out["tokens"][r]), np.asarray(batch["tokens"][r])
     s_old = np.asarray(batch["sentence_ids"][r])
-    d_new, d_old = np.asarray(out["doc_ids"][r]), np.asarray(batch["doc_ids"][r])
+    d_new = np.asarray(out["doc_ids"][r])
+    d_old = np.asarray(batch["doc_ids"][r])
     # A synthetic sentence may straddle an EOS: compare within documents.
     for d, sid in set(zip(d_old[t_old > 1], s_old[t_old > 1])):
       body = lambda s, t, dd: (s == sid) & (t > 1) & (dd == d)

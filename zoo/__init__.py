@@ -1,1 +1,12 @@
-"""The zoo: the BERT family of pre-training schemes as pure JAX functions."""
+"""The zoo: the BERT family of pre-training schemes as pure JAX functions.
+
+`zoo.load(path)` opens a trained workdir or a Hugging Face folder (see
+`zoo.loading`); it is imported on first use, so `import zoo` stays light.
+"""
+
+
+def __getattr__(name):
+  if name == "load":
+    import importlib  # pylint: disable=import-outside-toplevel
+    return importlib.import_module("zoo.load")
+  raise AttributeError(f"module 'zoo' has no attribute {name!r}")

@@ -54,7 +54,7 @@ def _greedy_loop(next_logits, batch: int, length: int, eos_id: int,
 
 
 @functools.partial(jax.jit, static_argnames=(
-    "family", "config", "max_len", "start_id", "eos_id"))
+    "family", "config", "max_len"))
 def greedy_encdec(params, enc_tokens: Array, *, family: str, config,
                   max_len: int, start_id: int, eos_id: int) -> Array:
   """Greedy targets of an encoder-decoder.
@@ -62,7 +62,7 @@ def greedy_encdec(params, enc_tokens: Array, *, family: str, config,
   Args:
     params: the model's params (unboxed).
     enc_tokens: int32 [B,S], padded with `config.pad_id`.
-    family, config: the model (static).
+    family, config: the model (static, as is max_len).
     max_len: G, generated ids per row (eos included).
     start_id: the decoder start id (T5: pad; BART: `decoder_start_id`).
     eos_id: ends a row; later ids are pad.
@@ -82,7 +82,7 @@ def greedy_encdec(params, enc_tokens: Array, *, family: str, config,
     return jax.lax.dynamic_index_in_dim(logits, i, 1, keepdims=False)
 
   buf = _greedy_loop(next_logits, enc_tokens.shape[0], max_len + 1, eos_id,
-                     config.pad_id, jnp.int32(start_id))
+                     config.pad_id, jnp.asarray(start_id, jnp.int32))
   return buf[:, 1:]
 
 
@@ -108,7 +108,7 @@ def prompt_layout(prompt: Array, pad_id: int, total: int):
 
 
 @functools.partial(jax.jit, static_argnames=(
-    "family", "config", "max_len", "eos_id"))
+    "family", "config", "max_len"))
 def greedy_decoder(params, prompt: Array, *, family: str, config,
                    max_len: int, eos_id: int) -> Array:
   """Greedy continuation of left-padded prompts by a decoder.
@@ -156,7 +156,7 @@ def _beam_step(scores, ids, done, logp, i, eos_id, pad_id):
 
 
 @functools.partial(jax.jit, static_argnames=(
-    "family", "config", "max_len", "start_id", "eos_id", "beams"))
+    "family", "config", "max_len", "beams"))
 def beam_encdec(params, enc_tokens: Array, *, family: str, config,
                 max_len: int, start_id: int, eos_id: int,
                 beams: int = 4) -> Array:
@@ -184,7 +184,8 @@ def beam_encdec(params, enc_tokens: Array, *, family: str, config,
 
   def body(i, carry):
     scores, ids, done = carry
-    dec = jnp.concatenate([jnp.full((b, beams, 1), start_id, jnp.int32),
+    first = jnp.full((b, beams, 1), start_id, jnp.int32)
+    dec = jnp.concatenate([first,
                            ids[..., :-1]], axis=-1).reshape(b * beams, -1)
     logits = model.apply(variables, dec, encoded, enc_segment_ids=enc_seg,
                          method="decode")["logits"]

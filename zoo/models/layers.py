@@ -12,8 +12,8 @@ inputs and accumulates in float32 (`preferred_element_type`), while softmax,
 norms and losses stay float32. Activations between matmuls are float32.
 
 Masks are boolean, True where a query may attend to a key, shaped [B, T, S]
-(a leading 1 broadcasts over the batch). Builders below cover the kinds the
-zoo needs; `combine_masks` ANDs any of them.
+(a leading 1 broadcasts over the batch). Their builders live in
+`zoo.models.masks` and are re-exported here beside `attention`.
 
 The transformer stacks live in `zoo.models.blocks`.
 """
@@ -24,6 +24,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+# Re-exported so that `layers` is the one place attention is built from.
+from zoo.models.masks import causal_mask  # pylint: disable=unused-import
+from zoo.models.masks import combine_masks  # pylint: disable=unused-import
+from zoo.models.masks import key_padding_mask  # pylint: disable=unused-import
+from zoo.models.masks import prefix_lm_mask  # pylint: disable=unused-import
+from zoo.models.masks import segment_mask  # pylint: disable=unused-import
+from zoo.models.masks import seq2seq_mask  # pylint: disable=unused-import
 
 Array = jax.Array
 Initializer = Callable[..., Array]
@@ -225,70 +233,6 @@ class RelativePositionBias(nn.Module):
     return jnp.take(table, buckets, axis=0).transpose(0, 3, 1, 2)
 
 
-# ----------------------------------------------------------------- masks ---
-
-
-def segment_mask(q_segments: Array, k_segments: Array | None = None) -> Array:
-  """Padding and packed-document mask.
-
-  Args:
-    q_segments: [B, T] int, 0 = padding, equal non-zero ids = one document.
-    k_segments: [B, S] int, defaults to `q_segments`.
-
-  Returns:
-    [B, T, S] bool: key non-padding and in the query's document.
-  """
-  k_segments = q_segments if k_segments is None else k_segments
-  return ((q_segments[:, :, None] == k_segments[:, None, :])
-          & (k_segments[:, None, :] != 0))
-
-
-def key_padding_mask(k_segments: Array, q_length: int) -> Array:
-  """[B, S] int (0 = pad) -> [B, T, S] bool: every query sees real keys."""
-  keep = k_segments != 0
-  return jnp.broadcast_to(keep[:, None, :],
-                          (keep.shape[0], q_length, keep.shape[1]))
-
-
-def causal_mask(q_length: int, k_length: int | None = None) -> Array:
-  """[1, T, S] bool: key index <= query index (aligned at the end)."""
-  k_length = q_length if k_length is None else k_length
-  q = jnp.arange(q_length)[:, None] + (k_length - q_length)
-  return (jnp.arange(k_length)[None, :] <= q)[None]
-
-
-def prefix_lm_mask(prefix_lengths: Array, length: int) -> Array:
-  """Prefix-LM mask: bidirectional over the prefix, causal after it.
-
-  This is also UniLM's sequence-to-sequence mask: source tokens see the
-  whole source, target tokens see the source and the target to their left.
-
-  Args:
-    prefix_lengths: [B] int, the length of each row's prefix (source).
-    length: T.
-
-  Returns:
-    [B, T, T] bool.
-  """
-  idx = jnp.arange(length)
-  in_prefix = idx[None, None, :] < prefix_lengths[:, None, None]
-  return in_prefix | (idx[None, None, :] <= idx[None, :, None])
-
-
-seq2seq_mask = prefix_lm_mask
-
-
-def combine_masks(*masks: Array | None) -> Array | None:
-  """AND of the given [B|1, T, S] bool masks; None entries are skipped."""
-  masks = [m for m in masks if m is not None]
-  if not masks:
-    return None
-  out = masks[0].astype(bool)
-  for m in masks[1:]:
-    out = out & m.astype(bool)
-  return out
-
-
 # ------------------------------------------------------------- attention ---
 
 
@@ -332,11 +276,22 @@ def attention(q: Array, k: Array, v: Array, *, mask: Array | None = None,
     mask = mask[:, None]
   if impl not in ("auto", "einsum", "xla", "cudnn"):
     raise ValueError(f"unknown attention impl {impl!r}")
-  if impl == "auto":
+  auto = impl == "auto"
+  if auto:
     on_gpu = jax.default_backend() == "gpu"
     impl = "cudnn" if on_gpu and cdtype == jnp.bfloat16 else "einsum"
   if impl == "einsum" or dropout is not None:
     return _dense_attention(q, k, v, mask, bias, scale, cdtype, dropout)
+  try:
+    return _fused_attention(q, k, v, mask, bias, scale, cdtype, impl)
+  except (ValueError, NotImplementedError):
+    if not auto:
+      raise
+    # cuDNN refuses some shapes at trace time; XLA's kernel takes them all.
+    return _fused_attention(q, k, v, mask, bias, scale, cdtype, "xla")
+
+
+def _fused_attention(q, k, v, mask, bias, scale, cdtype, impl):
   out = jax.nn.dot_product_attention(
       q.astype(cdtype), k.astype(cdtype), v.astype(cdtype),
       bias=None if bias is None else bias.astype(cdtype), mask=mask,

@@ -1,0 +1,48 @@
+"""Every registered pre-training scheme, each on its natural model family.
+
+    python -m zoo.compare --config configs/compare/family.py --workdir DIR
+
+Same budget, data, tasks and recipe as the demo grid, with one cell per
+name in `objectives.names()` plus the no-pre-training baseline. A scheme
+runs on the family its paper used (`PREFERRED`); a scheme registered later
+without an entry there gets the first family in `FALLBACK` it can bind to.
+"""
+
+import objectives
+from configs import common
+from configs.compare import demo
+
+PREFERRED = {
+    "mlm": "bert", "wwm": "bert", "phrase_mlm": "bert", "span_mlm": "bert",
+    "nsp": "bert", "sop": "albert", "structbert": "bert",
+    "quick_thought": "bert", "clm": "gpt2", "prefix_lm": "gpt2",
+    "bilm": "elmo", "unilm": "unilm", "mass": "bart", "bart": "bart",
+    "electra": "electra",
+}
+FALLBACK = ("bert", "gpt2", "t5", "bart", "electra", "elmo", "unilm",
+            "albert")
+
+
+def family_of(name: str) -> str:
+  """The model family scheme `name` runs on in this grid."""
+  if name in PREFERRED:
+    return PREFERRED[name]
+  if name.startswith("t5"):
+    return "t5"
+  specials = objectives.Specials(vocab_size=8000)
+  for family in FALLBACK:
+    try:
+      objectives.build(name, model=family, size="tiny", specials=specials)
+    except ValueError:
+      continue
+    return family
+  raise ValueError(f"scheme {name!r} binds to none of {FALLBACK}")
+
+
+def get_config(arg: str | None = None):
+  """The grid; `arg` takes the demo's `steps=N` and `ft_steps=N`."""
+  args = common.parse_arg(arg)
+  cells = [("no_pretraining", "", "bert", "")]
+  cells += [(name, name, family_of(name), "") for name in objectives.names()]
+  return demo.grid(cells, pretrain_steps=int(args.get("steps", 150)),
+                   finetune_steps=int(args.get("ft_steps", 60)))

@@ -1,0 +1,229 @@
+"""Fine-tuning: every mode learns, frozen stays frozen, heads score the
+right positions, text-to-text backbones generate and get scored."""
+
+import random
+
+import jax
+import numpy as np
+import pytest
+from flax import traverse_util
+
+import data
+from data.tasks import Task
+from zoo import finetune
+from zoo import finetune_data
+from zoo import models
+
+ANIMALS = "cat dog horse cow sheep goat mouse bird".split()
+VEHICLES = "car bus train truck plane boat bike ship".split()
+FILLER = "the a and of in on with very".split()
+STEPS = 40
+
+
+def _topic_examples(n, seed):
+  """Bags of animal or vehicle words with filler: separable by keywords."""
+  r = random.Random(seed)
+  out = []
+  for _ in range(n):
+    label = r.randrange(2)
+    words = r.sample([ANIMALS, VEHICLES][label], 4) + r.sample(FILLER, 3)
+    r.shuffle(words)
+    text = " ".join(words)
+    out.append(dict(inputs=f"topic: {text}", text=text, label=label,
+                    targets=["animal", "vehicle"][label]))
+  return out
+
+
+def _tag_examples(n, seed):
+  """Sentences whose tag per word is its word list (animal/vehicle/filler)."""
+  r = random.Random(seed)
+  out = []
+  for _ in range(n):
+    tags = [r.randrange(3) for _ in range(6)]
+    words = [r.choice([ANIMALS, VEHICLES, FILLER][t]) for t in tags]
+    out.append(dict(inputs="tags: " + " ".join(words), words=words,
+                    tags=tags, targets=" ".join("AVF"[t] for t in tags)))
+  return out
+
+
+def _span_examples(n, seed):
+  """Which animal is in the sentence? The answer is its one animal word."""
+  r = random.Random(seed)
+  out = []
+  for _ in range(n):
+    words = r.sample(VEHICLES, 3) + r.sample(FILLER, 3)
+    where = r.randrange(len(words) + 1)
+    animal = r.choice(ANIMALS)
+    words.insert(where, animal)
+    context = " ".join(words)
+    out.append(dict(inputs="", targets=animal, question="which animal?",
+                    context=context, answer=animal,
+                    answer_start=len(" ".join(words[:where] + [""]))
+                    if where else 0))
+  return out
+
+
+def _task(name, kind, metric, labels, make):
+  return Task(name, kind, metric, labels, {
+      "train": make(256, 0), "validation": make(64, 1), "test": make(32, 2)})
+
+
+@pytest.fixture(scope="module")
+def tok():
+  return data.load_tokenizer({})
+
+
+@pytest.fixture(scope="module")
+def topic():
+  return _task("topic", "class", "accuracy", ["animal", "vehicle"],
+               _topic_examples)
+
+
+def _config(tok, family="bert", **kw):
+  return models.make_config(family, "tiny", vocab_size=tok.vocab_size, **kw)
+
+
+def _run(tok, task, family, params, mode, **kw):
+  kw = dict(dict(steps=STEPS, batch_size=16, lr=1e-3, max_len=16), **kw)
+  return finetune.finetune(family, kw.pop("config", None) or _config(tok, family),
+                           params, task, tok, mode=mode, return_state=True,
+                           **kw)
+
+
+@pytest.fixture(scope="module")
+def full(tok, topic):
+  """A BERT fine-tuned from scratch on the topic task (all params train)."""
+  return _run(tok, topic, "bert", None, "full")
+
+
+def _flat(tree):
+  return {"/".join(k): np.asarray(v)
+          for k, v in traverse_util.flatten_dict(tree).items()}
+
+
+def test_full_mode_learns_from_random_init(full):
+  metrics, state = full
+  assert metrics["validation/accuracy"] > 80
+  assert metrics["test/accuracy"] > 80
+  assert np.mean(state.losses[-5:]) < np.mean(state.losses[:5])
+
+
+def test_frozen_mode_trains_only_the_head(tok, topic, full):
+  backbone = full[1].params["backbone"]
+  before = _flat(backbone)
+  metrics, state = _run(tok, topic, "bert", backbone, "frozen")
+  after = _flat(state.params["backbone"])
+  assert before.keys() == after.keys()
+  for k in before:
+    assert before[k].tobytes() == after[k].tobytes(), k
+  assert metrics["validation/accuracy"] > 80
+
+
+def test_adapters_mode_changes_only_adapters_and_head(tok, topic, full):
+  backbone = full[1].params["backbone"]
+  before = _flat(backbone)
+  metrics, state = _run(tok, topic, "bert", backbone, "adapters")
+  after = _flat(state.params["backbone"])
+  adapters = [k for k in after if "adapter" in k]
+  assert adapters and set(after) - set(before) == set(adapters)
+  for k in before:
+    assert before[k].tobytes() == after[k].tobytes(), k
+  assert any(np.abs(after[k]).max() > 0 for k in adapters if "up" in k)
+  assert metrics["validation/accuracy"] > 80
+
+
+def test_scalar_mix_mode_learns_layer_weights(tok, topic, full):
+  backbone = full[1].params["backbone"]
+  metrics, state = _run(tok, topic, "bert", backbone, "scalar_mix")
+  mix = state.params["head"]["mix"]
+  assert np.abs(np.asarray(mix["weights"])).max() > 0
+  assert len(mix["weights"]) == _config(tok).num_layers + 1
+  for k, v in _flat(backbone).items():
+    assert v.tobytes() == _flat(state.params["backbone"])[k].tobytes()
+  assert metrics["validation/accuracy"] > 80
+
+
+def test_tag_positions_are_each_words_first_piece(tok):
+  task = _task("tags", "tags", "accuracy", list("AVF"), _tag_examples)
+  examples = task.validation[:8]
+  arrays = finetune_data.encoder_arrays("tags", examples, tok, 16)
+  for i, ex in enumerate(examples):
+    pieces, first = finetune_data.word_pieces(tok, ex["words"])
+    for w, pos in enumerate(arrays["word_pos"][i, :len(ex["words"])]):
+      if pos >= 0:
+        assert arrays["tokens"][i, pos] == pieces[first[w]]
+        assert arrays["tags"][i, pos] == ex["tags"][w]
+  gold = {"tags": arrays["tags"]}
+  perfect = finetune_data.head_scores(task, examples, arrays, gold, tok)
+  shifted = {"tags": np.roll(arrays["tags"], 1, axis=1)}
+  worse = finetune_data.head_scores(task, examples, arrays, shifted, tok)
+  kept = (arrays["word_pos"] >= 0).sum() / sum(len(e["tags"])
+                                               for e in examples)
+  assert perfect["accuracy"] == pytest.approx(100 * kept)
+  assert worse["accuracy"] < perfect["accuracy"]
+
+
+def test_tag_head_trains(tok):
+  task = _task("tags", "tags", "accuracy", list("AVF"), _tag_examples)
+  metrics, _ = _run(tok, task, "bert", None, "full", max_len=24)
+  assert metrics["validation/accuracy"] > 60  # three tags: chance ~33
+
+
+def test_span_head_scores_decoded_answers(tok):
+  task = _task("span", "span", "squad", [], _span_examples)
+  examples = task.validation[:8]
+  arrays = finetune_data.encoder_arrays("span", examples, tok, 24)
+  assert (arrays["start"] >= 0).all()
+  assert (arrays["answer_mask"][np.arange(8), arrays["start"]]).all()
+  gold = {"start": arrays["start"], "end": arrays["end"]}
+  scores = finetune_data.head_scores(task, examples, arrays, gold, tok)
+  assert scores["exact_match"] == 100.0
+  metrics, state = _run(tok, task, "bert", None, "full", max_len=24)
+  assert np.mean(state.losses[-5:]) < np.mean(state.losses[:5]) - 0.5
+  assert metrics["validation/f1"] > 30
+
+
+def test_decoder_generates_labels_after_a_separator(tok, topic):
+  metrics, state = _run(tok, topic, "gpt2", None, "full", max_len=24,
+                        config=_config(tok, "gpt2", dropout_rate=0.0))
+  assert metrics["validation/accuracy"] > 80
+  assert "head" not in state.params
+
+
+def test_encdec_generates_text_scored_by_rouge(tok):
+  def copy(n, seed):
+    r = random.Random(seed)
+    out = []
+    for _ in range(n):
+      words = " ".join(r.sample(ANIMALS + VEHICLES, 3))
+      out.append(dict(inputs=f"copy: {words}", targets=words))
+    return out
+  task = _task("copy", "seq2seq", "rouge", [], copy)
+  metrics, state = _run(tok, task, "t5", None, "full", steps=60,
+                        config=_config(tok, "t5", dropout_rate=0.0))
+  spec = state.spec
+  arrays = finetune._arrays(spec, task, task.test[:4], tok,
+                            {"inputs": 16, "targets": 8})
+  texts = finetune.generate_texts(spec, state.params, arrays, tok, 8, 4)
+  assert len(texts) == 4 and all(isinstance(t, str) for t in texts)
+  assert set(metrics) >= {"validation/rouge1", "validation/rougeL"}
+  assert metrics["validation/rouge1"] > 20
+
+
+def test_bad_requests_name_the_problem(tok, topic):
+  with pytest.raises(ValueError, match="unknown fine-tuning mode"):
+    finetune.finetune("bert", _config(tok), None, topic, tok, mode="lora")
+  with pytest.raises(ValueError, match="text-to-text"):
+    finetune.finetune("t5", _config(tok, "t5"), None, topic, tok,
+                      mode="frozen")
+  small = models.make_config("bert", "tiny")
+  with pytest.raises(ValueError, match="tokenizer has"):
+    finetune.finetune("bert", small, None, topic, tok)
+  seq = Task("s", "seq2seq", "rouge", [], topic.splits)
+  with pytest.raises(ValueError, match="needs an encoder-decoder"):
+    finetune.finetune("bert", _config(tok), None, seq, tok)
+  with pytest.raises(ValueError, match="position"):
+    finetune.finetune("bert", _config(tok), None, topic, tok, max_len=4096)
+  wrong = {"backbone": jax.numpy.zeros(3)}
+  with pytest.raises(ValueError, match="lack"):
+    finetune.finetune("bert", _config(tok), wrong, topic, tok, steps=1)

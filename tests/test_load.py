@@ -1,0 +1,166 @@
+"""`zoo.load`: round trip across device counts, corrupt checkpoints, faces."""
+
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+import objectives
+import zoo
+from configs.compare import smoke
+from zoo import checkpoint as ckpt_lib
+from zoo import loading, models, optim, sharding, train, train_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEXTS = ["the bank of the river was muddy", "she paid money into the bank"]
+
+
+def _config() -> ml_collections.ConfigDict:
+  """A tiny BERT MLM run on a 2x2x2 mesh, checkpoints at steps 2 and 4."""
+  c = smoke.get_config().pretrain
+  c.model, c.objective = "bert", "mlm"
+  c.steps, c.checkpoint_every, c.log_every = 4, 2, 2
+  c.mesh = ml_collections.ConfigDict({"data": 2, "fsdp": 2, "tensor": 2})
+  return c
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+  path = str(tmp_path_factory.mktemp("load") / "run")
+  train.train(_config(), path)
+  return path
+
+
+def _training_hidden(workdir: str, step: int) -> np.ndarray:
+  """Hidden states from params restored as the trainer lays them out."""
+  config = _config()
+  loaded = zoo.load(workdir, step=step)
+  objective = train_lib.build_objective(
+      config, objectives.Specials(**loaded.tokenizer.specials()))
+  mesh = sharding.make_mesh(config.mesh)
+  setup = train_lib.setup_state(objective, optim.make(config.optimizer, 4),
+                                config, mesh)
+  ckpt = ckpt_lib.Checkpointer(workdir, async_save=False)
+  state, _ = ckpt.restore(step, ckpt_lib.with_shardings(setup.abstract,
+                                                        setup.shardings))
+  ckpt.close()
+  family, model_cfg, params = objective.backbone(state["params"])
+  leaf = jax.tree.leaves(params)[0]
+  assert len(leaf.sharding.device_set) == 8  # sharded as in training
+  tokens = jnp.asarray(loaded.batch(TEXTS))
+  with sharding.activate(mesh, setup.rules):
+    out = models.get(family).Model(model_cfg).apply(
+        {"params": params}, tokens, return_logits=False)
+  return np.asarray(out["hidden"])
+
+
+def test_round_trip_on_one_device_after_training_on_eight(workdir, tmp_path):
+  want = _training_hidden(workdir, 4)
+  np.save(tmp_path / "want.npy", want)
+  script = (
+      "import sys, numpy as np, jax, zoo\n"
+      "assert jax.device_count() == 1\n"
+      f"m = zoo.load({workdir!r})\n"
+      "leaf = jax.tree.leaves(m.params)[0]\n"
+      "assert len(leaf.sharding.device_set) == 1\n"
+      f"got = m.embed({TEXTS!r})['hidden']\n"
+      f"np.testing.assert_allclose(got, np.load({str(tmp_path / 'want.npy')!r}),"
+      " rtol=1e-5, atol=1e-5)\n"
+      "print('step', m.step, m.family)\n")
+  env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="1",
+             PYTHONPATH=REPO)
+  proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "step 4 bert" in proc.stdout
+
+
+def test_loaded_faces(workdir):
+  m = zoo.load(workdir)
+  assert (m.step, m.family, m.interface) == (4, "bert", "encoder")
+  assert m.run_config["objective"] == "mlm"
+  out = m.embed(TEXTS)
+  b, t = out["tokens"].shape
+  assert out["hidden"].shape == (b, t, m.config.embed_dim)
+  assert out["layers"].shape[0] == m.config.num_layers + 1
+  assert out["mask"].sum() == sum(len(m.ids(x)) for x in TEXTS)
+  # Contextual: one word, two contexts, two vectors; the table has one.
+  a = m.word_vector(TEXTS[0], "bank")
+  c = m.word_vector(TEXTS[1], "bank")
+  assert not np.allclose(a, c, atol=1e-4)
+  assert m.static_vector("bank").shape == (m.config.embed_dim,)
+  filled = m.fill_mask("the <mask> of the river", top_k=3)
+  assert len(filled) == 1 and len(filled[0]) == 3
+  probs = [p for _, p in filled[0]]
+  assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1
+  with pytest.raises(ValueError, match="no mask"):
+    m.fill_mask("no marker here")
+  with pytest.raises(ValueError, match="decoder or an encoder-decoder"):
+    m.generate("hello")
+  with pytest.raises(ValueError, match="do not occur"):
+    m.word_vector(TEXTS[0], "zebra")
+
+
+def _corrupt(step_dir: str) -> None:
+  """Truncates the largest array file of a checkpoint."""
+  files = [os.path.join(d, f) for d, _, fs in os.walk(step_dir) for f in fs]
+  biggest = max(files, key=os.path.getsize)
+  with open(biggest, "r+b") as f:
+    f.truncate(os.path.getsize(biggest) // 4)
+
+
+def test_corrupt_latest_checkpoint_falls_back(workdir, tmp_path):
+  copy = str(tmp_path / "run")
+  shutil.copytree(workdir, copy)
+  _corrupt(os.path.join(copy, "checkpoints", "4"))
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    m = zoo.load(copy)
+  assert m.step == 2
+  assert any("checkpoint 4" in str(w.message) and "unreadable"
+             in str(w.message) for w in caught)
+  previous = zoo.load(workdir, step=2)
+  for a, b in zip(jax.tree.leaves(m.params), jax.tree.leaves(previous.params)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  _corrupt(os.path.join(copy, "checkpoints", "2"))
+  with pytest.raises(ValueError, match="no checkpoint .* could be restored"):
+    zoo.load(copy)
+
+
+def test_workdir_without_checkpoint_is_a_clear_error(workdir, tmp_path):
+  empty = tmp_path / "empty"
+  (empty / "checkpoints").mkdir(parents=True)
+  shutil.copy(os.path.join(workdir, "config.json"), empty / "config.json")
+  with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
+    zoo.load(str(empty))
+  with pytest.raises(FileNotFoundError, match="neither a workdir"):
+    zoo.load(str(tmp_path))
+  with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
+    zoo.load(workdir, step=3)
+
+
+def test_generate_is_the_greedy_continuation(workdir):
+  """A decoder's `generate` matches argmax decoding written out by hand."""
+  tok = zoo.load(workdir).tokenizer
+  config, model = models.make("gpt2", "tiny", vocab_size=tok.vocab_size)
+  params = nn.meta.unbox(model.init(jax.random.key(3),
+                                    jnp.ones((1, 8), jnp.int32))["params"])
+  m = loading.Loaded("gpt2", config, params, tok, None, "memory")
+  text = "the river bank"
+  ids = m.ids(text)[:-1]  # the prompt without its eos
+  for _ in range(6):
+    logits = model.apply({"params": params}, jnp.asarray([ids]))["logits"]
+    ids.append(int(jnp.argmax(logits[0, -1])))
+  want = ids[len(m.ids(text)) - 1:]
+  eos = tok.specials()["eos"]
+  want = want[:want.index(eos)] if eos in want else want
+  assert m.generate(text, max_len=6) == tok.decode(want)
+

@@ -1,0 +1,43 @@
+"""electra: sampled replacements, RTD labels, backbone, training."""
+
+import jax
+import numpy as np
+import pytest
+
+from objectives import common
+from objectives import testing
+from zoo import models
+
+
+def test_electra_trains_and_exposes_the_discriminator():
+  batch = testing.tiny_batch()
+  obj = testing.build("electra", "electra")
+  assert obj.interface == "pair"
+  out = testing.check(obj, batch, uniform=False, steps=30)
+  m = out["metrics"]
+  testing.assert_near_uniform(m["mlm_loss_sum"] / m["mlm_weight_sum"])
+  assert m["rtd_weight_sum"] == float(np.asarray(batch["doc_ids"] > 0).sum())
+  # The backbone runs as a plain discriminator Model.
+  params = obj.init(jax.random.key(0), batch)
+  family, config, disc = obj.backbone(params)
+  model = models.get(family).Model(config)
+  scores = model.apply({"params": disc}, batch["tokens"])["logits"]
+  assert scores.shape == batch["tokens"].shape
+
+
+def test_replacements_are_sampled_at_masked_positions_only():
+  batch = testing.tiny_batch(seq_len=64, batch_size=8)
+  obj = testing.build("electra", "electra")
+  params = common.nn.meta.unbox(obj.init(jax.random.key(0), batch))
+  inputs = obj.corrupt(batch, jax.random.key(1))
+  out = jax.jit(obj.run, static_argnums=3)(params, inputs,
+                                           jax.random.key(2), True)
+  replaced, mask = np.asarray(out["replaced"]), np.asarray(inputs["mask"])
+  assert not (replaced & ~mask).any()
+  # An untrained generator is near uniform: nearly every sample differs.
+  assert replaced[mask].mean() > 0.9
+
+
+def test_electra_needs_a_pair():
+  with pytest.raises(ValueError, match="Pair"):
+    testing.build("electra", "bert")

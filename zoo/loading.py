@@ -1,0 +1,321 @@
+"""`zoo.load(path)`: a trained model for notebooks, whatever wrote it.
+
+    m = zoo.load("workdirs/demo/cells/mlm")   # an Orbax workdir
+    m = zoo.load("path/to/hf_folder")          # a Hugging Face model folder
+    m.model, m.params, m.config, m.tokenizer, m.step
+    m.embed(["a sentence", ...])["hidden"]      # [B, T, D]
+    m.fill_mask("the <mask> sat on the mat")     # encoders with an LM head
+    m.generate("translate: ...")                 # decoders, encoder-decoders
+
+A workdir's params are restored replicated over the local devices, whatever
+mesh (and however many processes) saved them. Its latest complete
+checkpoint is used; a checkpoint that fails to restore (a corrupt file) is
+reported and the previous complete one is tried. Nothing unpickles.
+"""
+
+import dataclasses
+import functools
+import os
+import warnings
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+import objectives
+from zoo import checkpoint as ckpt_lib
+from zoo import generate as gen_lib
+from zoo import models
+from zoo import train_lib
+from zoo.finetune_lib import interface_of
+
+MASK_MARKERS = ("<mask>", "[MASK]")
+
+
+@dataclasses.dataclass
+class Loaded:
+  """A model ready to call.
+
+  Attributes:
+    family: model family name (`zoo.models.FAMILIES`).
+    config: the family's `Config`.
+    params: the model's params (unboxed float32 jax Arrays).
+    tokenizer: the zoo tokenizer it was trained with (None if unknown).
+    step: the checkpoint's step (None for a Hugging Face folder).
+    path: where it was loaded from.
+    run_config: the training config of a workdir (None otherwise).
+  """
+  family: str
+  config: Any
+  params: Any
+  tokenizer: Any
+  step: int | None
+  path: str
+  run_config: dict | None = None
+
+  @property
+  def model(self) -> nn.Module:
+    """The linen module; `model.apply({"params": params}, ...)`."""
+    return models.get(self.family).Model(self.config)
+
+  @property
+  def interface(self) -> str:
+    """"encoder", "decoder", "encdec" or "lstm"."""
+    return interface_of(self.family, self.config)
+
+  def _tok(self):
+    if self.tokenizer is None:
+      raise ValueError(f"{self.path} came without a tokenizer (no "
+                       "tokenizer/, vocab.txt or spm.model); set .tokenizer")
+    return self.tokenizer
+
+  def ids(self, text: str) -> list[int]:
+    """The ids a text is fed as: `[cls] text [sep]` for WordPiece (BERT's
+    convention), `text eos` for SentencePiece (the pre-training rows')."""
+    tok = self._tok()
+    s = tok.specials()
+    pieces = []
+    for i, part in enumerate(_split_masks(text)):
+      pieces += ([s["mask"]] if i else []) + (tok.encode(part) if part else [])
+    if getattr(tok, "kind", "") == "wordpiece":
+      return [s["cls"]] + pieces + [s["sep"]]
+    return pieces + [s["eos"]]
+
+  def batch(self, texts: list[str], max_len: int | None = None) -> np.ndarray:
+    """int32 [B,T] right-padded ids of `texts` (T: the longest, or max_len)."""
+    rows = [self.ids(t) for t in texts]
+    length = max_len or max(len(r) for r in rows)
+    limit = getattr(self.config, "max_len", None)
+    if limit is not None and length > limit:
+      raise ValueError(f"{length} ids exceed the {self.family} position "
+                       f"table ({limit}); pass a shorter max_len")
+    out = np.full((len(rows), length), self.config.pad_id, np.int32)
+    for i, row in enumerate(rows):
+      out[i, :min(len(row), length)] = row[:length]
+    return out
+
+  def embed(self, texts: list[str], max_len: int | None = None
+            ) -> dict[str, np.ndarray]:
+    """Contextual vectors of every piece.
+
+    Returns:
+      "hidden" float32 [B,T,D] (encoder side for encoder-decoders),
+      "layers" float32 [L+1,B,T,D], "tokens" int32 [B,T], "mask" bool [B,T]
+      (real pieces), "mean" float32 [B,D] (mean over real pieces).
+    """
+    tokens = self.batch(list(texts), max_len)
+    out = _embed(self.family, self.config, self.params, jnp.asarray(tokens))
+    out = {k: np.asarray(v) for k, v in jax.device_get(out).items()}
+    mask = tokens != self.config.pad_id
+    mean = (out["hidden"] * mask[..., None]).sum(1) / mask.sum(1,
+                                                                keepdims=True)
+    return dict(out, tokens=tokens, mask=mask, mean=mean)
+
+  def word_vector(self, text: str, word: str) -> np.ndarray:
+    """float32 [D]: the contextual vector of `word` in `text` (the mean of
+    its pieces' last hidden states; the first occurrence)."""
+    tokens = self.ids(text)
+    start, n = _find(tokens, self._tok().encode(" " + word), word, text)
+    hidden = self.embed([text])["hidden"][0]
+    return hidden[start:start + n].mean(0)
+
+  def static_vector(self, word: str) -> np.ndarray:
+    """float32 [E]: the mean of `word`'s rows of the token embedding table
+    (the same in every context)."""
+    table = np.asarray(embedding_table(self.params, self.config.vocab_size))
+    return table[self._tok().encode(" " + word)].mean(0)
+
+  def fill_mask(self, text: str, top_k: int = 5) -> list[list[tuple]]:
+    """The `top_k` pieces for each `<mask>` of `text`, best first.
+
+    Returns:
+      One list per mask: `(piece text, probability)` pairs.
+    """
+    if self.interface not in ("encoder",):
+      raise ValueError(f"fill_mask needs an encoder with an LM head; "
+                       f"{self.family} is an {self.interface}")
+    tokens = self.batch([text])
+    mask_id = self._tok().specials()["mask"]
+    where = np.flatnonzero(tokens[0] == mask_id)
+    if not len(where):
+      raise ValueError(f"no mask in {text!r}; write one of {MASK_MARKERS}")
+    logits = _logits(self.family, self.config, self.params,
+                     jnp.asarray(tokens))
+    probs = np.asarray(jax.nn.softmax(logits[0, where], axis=-1))
+    out = []
+    for row in probs:
+      best = np.argsort(-row)[:top_k]
+      out.append([(self._tok().decode([int(i)]), float(row[i]))
+                  for i in best])
+    return out
+
+  def generate(self, text: str, max_len: int = 32) -> str:
+    """Greedy continuation (decoders) or target (encoder-decoders)."""
+    tok, face = self._tok(), self.interface
+    eos = tok.specials()["eos"]
+    prompt = jnp.asarray(self.batch([text]))
+    kw = dict(family=self.family, config=self.config, max_len=max_len,
+              eos_id=eos)
+    if face == "encdec":
+      start = getattr(self.config, "decoder_start_id", self.config.pad_id)
+      ids = gen_lib.greedy_encdec(self.params, prompt, start_id=start, **kw)
+    elif face == "decoder":
+      ids = gen_lib.greedy_decoder(self.params, prompt[:, :-1], **kw)
+    else:
+      raise ValueError(f"generate needs a decoder or an encoder-decoder; "
+                       f"{self.family} is an {face}")
+    return tok.decode(gen_lib.trim(ids, eos)[0])
+
+
+def _split_masks(text: str) -> list[str]:
+  """`text` cut at each mask marker (the parts between masks)."""
+  for marker in MASK_MARKERS[1:]:
+    text = text.replace(marker, MASK_MARKERS[0])
+  return text.split(MASK_MARKERS[0])
+
+
+def _find(tokens: list[int], pieces: list[int], word: str, text: str):
+  """(start, length) of the first run of `pieces` inside `tokens`."""
+  n = len(pieces)
+  for i in range(len(tokens) - n + 1):
+    if tokens[i:i + n] == pieces:
+      return i, n
+  raise ValueError(f"the pieces of {word!r} do not occur in the ids of "
+                   f"{text!r} (is it a whole word there?)")
+
+
+def embedding_table(params, vocab_size: int):
+  """The [V, E] token embedding table of a params tree."""
+  flat = jax.tree_util.tree_flatten_with_path(params)[0]
+  tables = [(jax.tree_util.keystr(p), x) for p, x in flat
+            if x.ndim == 2 and x.shape[0] == vocab_size]
+  named = [x for p, x in tables if "embed" in p.lower() or "token" in p]
+  if not tables:
+    raise ValueError(f"no [{vocab_size}, E] embedding table in the params")
+  return (named or [x for _, x in tables])[0]
+
+
+@functools.partial(jax.jit, static_argnames=("family", "config"))
+def _embed(family, config, params, tokens):
+  """hidden [B,T,D] and layers [L+1,B,T,D] of the model's reading side."""
+  model = models.get(family).Model(config)
+  face = interface_of(family, config)
+  if face == "encdec":
+    out = model.apply({"params": params}, tokens, method="encode")
+    return {"hidden": out["encoder_hidden"],
+            "layers": jnp.stack(out["encoder_layers"])}
+  kw = {} if face == "lstm" else {"return_logits": False}
+  out = model.apply({"params": params}, tokens, **kw)
+  return {"hidden": out["hidden"], "layers": jnp.stack(out["layers"])}
+
+
+@functools.partial(jax.jit, static_argnames=("family", "config"))
+def _logits(family, config, params, tokens):
+  """[B,T,V] LM logits of an encoder."""
+  model = models.get(family).Model(config)
+  out = model.apply({"params": params}, tokens)
+  if "logits" not in out:
+    raise ValueError(f"{family} returns no LM logits; fill_mask needs them")
+  return out["logits"]
+
+
+def _is_workdir(path: str) -> bool:
+  return os.path.isdir(os.path.join(path, "checkpoints"))
+
+
+def _local_mesh() -> jax.sharding.Mesh:
+  """A mesh over this process's devices; params get replicated over it."""
+  return jax.sharding.Mesh(np.array(jax.local_devices()), ("data",))
+
+
+def restore_params(workdir: str, step: int | None = None):
+  """`(params, step)` of a workdir's checkpoint, replicated locally.
+
+  With `step` None, tries the complete checkpoints newest first: one that
+  fails to restore (a corrupt or missing file) is reported with a warning
+  and the previous one is tried.
+
+  Raises:
+    FileNotFoundError: no complete checkpoint (or not `step`).
+    ValueError: every complete checkpoint failed; the errors are listed.
+  """
+  ckpt = ckpt_lib.Checkpointer(workdir, keep=0, async_save=False)
+  try:
+    steps = ckpt.all_steps()
+  finally:
+    ckpt.close()
+  if step is not None:
+    if step not in steps:
+      raise FileNotFoundError(f"{workdir} has no complete checkpoint for "
+                              f"step {step}; complete: {steps}")
+    steps = [step]
+  if not steps:
+    raise FileNotFoundError(
+        f"{workdir} has no complete checkpoint under checkpoints/ (a run "
+        "killed before its first save leaves none); train longer or point "
+        "at another workdir")
+  errors = []
+  for s in sorted(steps, reverse=True):
+    try:
+      state, _ = ckpt_lib.restore_replicated(workdir, s, _local_mesh())
+      return state["params"], s
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(f"step {s}: {type(e).__name__}: {str(e)[:300]}")
+      warnings.warn(f"checkpoint {s} of {workdir} is unreadable ({errors[-1]}"
+                    "); trying the previous complete checkpoint")
+  raise ValueError(f"no checkpoint of {workdir} could be restored:\n"
+                   + "\n".join(errors))
+
+
+def load_workdir(workdir: str, step: int | None = None) -> Loaded:
+  """A `Loaded` from a run's workdir (its backbone, as fine-tuning sees it)."""
+  from data import tokenizer as tok_lib  # pylint: disable=import-outside-toplevel
+  config = ml_collections.ConfigDict(ckpt_lib.read_config(workdir))
+  tok_dir = os.path.join(workdir, "tokenizer")
+  tokenizer = tok_lib.load_path(tok_dir) if os.path.isdir(tok_dir) else None
+  specials = (objectives.Specials(**tokenizer.specials()) if tokenizer
+              else train_lib.specials_of(config, None))
+  objective = train_lib.build_objective(config, specials)
+  params, step = restore_params(workdir, step)
+  family, model_config, backbone = objective.backbone(params)
+  return Loaded(family, model_config, backbone, tokenizer, step, workdir,
+                config.to_dict())
+
+
+def load_hf(folder: str) -> Loaded:
+  """A `Loaded` from a Hugging Face folder (config.json + safetensors)."""
+  from data import tokenizer as tok_lib  # pylint: disable=import-outside-toplevel
+  from zoo import convert  # pylint: disable=import-outside-toplevel
+  family, config, params = convert.from_hf(folder)
+  try:
+    tokenizer = tok_lib.load_path(folder)
+  except FileNotFoundError:
+    tokenizer = None
+  rep = jax.sharding.NamedSharding(_local_mesh(),
+                                   jax.sharding.PartitionSpec())
+  params = jax.device_put(nn.meta.unbox(params), rep)
+  return Loaded(family, config, params, tokenizer, None, folder)
+
+
+def load(path, step: int | None = None) -> Loaded:
+  """An Orbax workdir or a Hugging Face model folder, ready to call.
+
+  Args:
+    path: a workdir (config.json and checkpoints/) or a Hugging Face folder
+      (config.json and *.safetensors).
+    step: a workdir checkpoint; None = the latest that restores.
+  """
+  path = os.fspath(path)
+  if not os.path.isdir(path):
+    raise FileNotFoundError(f"{path} is not a directory")
+  if _is_workdir(path):
+    return load_workdir(path, step)
+  if os.path.exists(os.path.join(path, "config.json")):
+    if step is not None:
+      raise ValueError("step applies to workdirs, not Hugging Face folders")
+    return load_hf(path)
+  raise FileNotFoundError(f"{path} is neither a workdir (checkpoints/) nor a "
+                          "Hugging Face folder (config.json)")
