@@ -162,3 +162,14 @@ def test_electra_parity(tmp_path, cls):
   role = "generator" if cls.endswith("MaskedLM") else "discriminator"
   assert family == "electra" and config.role == role
   assert out["logits"].ndim == (3 if role == "generator" else 2)
+
+
+def test_sharded_safetensors_index_is_read(tmp_path):
+  model = transformers.BertModel(transformers.BertConfig(**SMALL))
+  model.save_pretrained(str(tmp_path / "one"))
+  model.save_pretrained(str(tmp_path / "many"), max_shard_size="20KB")
+  assert (tmp_path / "many" / "model.safetensors.index.json").exists()
+  assert len(list((tmp_path / "many").glob("*.safetensors"))) > 1
+  _, _, one = convert.from_hf(tmp_path / "one")
+  _, _, many = convert.from_hf(tmp_path / "many")
+  jax.tree.map(np.testing.assert_array_equal, one, many)

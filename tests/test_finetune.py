@@ -85,9 +85,9 @@ def _config(tok, family="bert", **kw):
 
 def _run(tok, task, family, params, mode, **kw):
   kw = dict(dict(steps=STEPS, batch_size=16, lr=1e-3, max_len=16), **kw)
-  return finetune.finetune(family, kw.pop("config", None) or _config(tok, family),
-                           params, task, tok, mode=mode, return_state=True,
-                           **kw)
+  config = kw.pop("config", None) or _config(tok, family)
+  return finetune.finetune(family, config, params, task, tok, mode=mode,
+                           return_state=True, **kw)
 
 
 @pytest.fixture(scope="module")

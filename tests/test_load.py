@@ -20,7 +20,9 @@ from zoo import checkpoint as ckpt_lib
 from zoo import loading, models, optim, sharding, train, train_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TEXTS = ["the bank of the river was muddy", "she paid money into the bank"]
+# Four rows: the batch splits over the 2x2 (data, fsdp) shards of the mesh.
+TEXTS = ["the bank of the river was muddy", "she paid money into the bank",
+         "a bank raised its rates", "we walked along the river bank"]
 
 
 def _config() -> ml_collections.ConfigDict:

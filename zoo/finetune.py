@@ -20,6 +20,7 @@ warmup and decay over a fixed number of steps, on fixed-shape batches.
 """
 
 import dataclasses
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -77,14 +78,13 @@ def _check(spec: Spec, tokenizer, max_len: int) -> None:
                      f"table ({table} rows)")
 
 
-def _sample_arrays(spec: Spec, tokenizer, max_len: int) -> dict:
-  """Zero arrays of one row, shaped as the backbone's inputs (for init)."""
+def _sample_arrays(spec: Spec, max_len: int) -> dict:
+  """Arrays of one row, shaped as the backbone's inputs (for init)."""
   one = np.zeros((1, max_len), np.int32)
   if spec.interface == "encdec":
     return {"enc_tokens": one, "dec_tokens": one}
   if spec.interface == "decoder":
     return {"tokens": one, "segment_ids": one + 1}
-  del tokenizer
   return {"tokens": one + 7, "token_types": one}
 
 
@@ -103,11 +103,10 @@ def run_once(fn, *args):
 def _init_backbone(spec: Spec, sample: dict, rng):
   """Fresh (unboxed) params of the backbone."""
   model = models.get(spec.family).Model(spec.config)
-  if spec.interface == "encdec":
-    init = lambda r: model.init(r, sample["enc_tokens"], sample["dec_tokens"])
-  else:
-    init = lambda r: model.init(r, sample["tokens"])
-  return nn.meta.unbox(run_once(init, rng)["params"])
+  keys = ("enc_tokens", "dec_tokens") if spec.interface == "encdec" else (
+      "tokens",)
+  args = [sample[k] for k in keys]
+  return nn.meta.unbox(run_once(lambda r: model.init(r, *args), rng)["params"])
 
 
 def load_backbone(fresh, given):
@@ -250,7 +249,7 @@ def generate_texts(spec: Spec, params, arrays: dict, tokenizer,
                              spec.config.pad_id)
     fn = generate.greedy_encdec
     if beams > 1:
-      fn = lambda p, x, **k: generate.beam_encdec(p, x, beams=beams, **k)
+      fn = functools.partial(generate.beam_encdec, beams=beams)
   elif beams > 1:
     raise ValueError("beam search is implemented for encoder-decoders only")
   else:
@@ -320,7 +319,7 @@ def finetune(family: str, config, params, task, tokenizer, *,
   if spec.interface == "decoder" and lengths["targets"] >= max_len - 1:
     raise ValueError(f"max_len {max_len} leaves no room for a prompt before "
                      f"{lengths['targets']} target ids")
-  sample = _sample_arrays(spec, tokenizer, max_len)
+  sample = _sample_arrays(spec, max_len)
   state = init_params(spec, params, sample, jax.random.key(seed))
   arrays = _train_arrays(spec, task, tokenizer, lengths)
   state, losses = _train(spec, state, arrays, batch_size, seed)

@@ -128,6 +128,20 @@ class Loaded:
     table = np.asarray(embedding_table(self.params, self.config.vocab_size))
     return table[self._tok().encode(" " + word)].mean(0)
 
+  def context_probe(self, word: str, texts: list[str]) -> dict[str, Any]:
+    """How `word`'s vector changes with its context.
+
+    Returns:
+      "contextual" float32 [N,D] (`word_vector` in each of the N texts),
+      "cosine" float32 [N,N] their cosine similarities, and "static"
+      float32 [E], the one table vector every context shares (whose cosine
+      matrix would be all ones).
+    """
+    vecs = np.stack([self.word_vector(t, word) for t in texts])
+    unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+    return {"contextual": vecs, "cosine": unit @ unit.T,
+            "static": self.static_vector(word)}
+
   def fill_mask(self, text: str, top_k: int = 5) -> list[list[tuple]]:
     """The `top_k` pieces for each `<mask>` of `text`, best first.
 
