@@ -33,6 +33,7 @@ DEFAULT_RULES = (
     ("heads", "tensor"),
     ("kv", None),
     ("mlp", "tensor"),
+    ("embed_out", "tensor"),  # output side of square D -> D projections
     ("layers", None),
     ("positions", None),
     ("relpos_buckets", None),

@@ -55,12 +55,12 @@ class Model(nn.Module):
     self.embeddings = bert.Embeddings(
         c.vocab_size, c.embedding_dim, c.max_len, c.type_vocab_size,
         c.norm_eps, c.dropout_rate, c.dtype)
-    self.embed_proj = layers.Dense(c.embed_dim, ("embed", "embed"),
+    self.embed_proj = layers.Dense(c.embed_dim, ("embed", "embed_out"),
                                    dtype=c.dtype)
     self.encoder = blocks.Stack(c.block(), c.num_layers, remat=c.remat,
                                 shared=True)
     if c.pooler:
-      self.pooler = layers.Dense(c.embed_dim, ("embed", "embed"),
+      self.pooler = layers.Dense(c.embed_dim, ("embed", "embed_out"),
                                  dtype=c.dtype)
     if c.pooler and c.nsp_head:
       self.sop = layers.Dense(2, ("embed", "classes"), dtype=c.dtype)

@@ -164,7 +164,7 @@ class MlmHead(nn.Module):
   @nn.compact
   def __call__(self, x: Array, embed: Embeddings) -> Array:
     """x [B, T, D] -> logits [B, T, V] float32 (tied to `embed`)."""
-    h = layers.Dense(self.features, ("embed", "embed"), dtype=self.dtype,
+    h = layers.Dense(self.features, ("embed", "embed_out"), dtype=self.dtype,
                      name="transform")(x)
     h = layers.LayerNorm(self.norm_eps, name="norm")(
         layers.activation_fn(self.activation)(h))
@@ -189,7 +189,7 @@ class Model(nn.Module):
     self.encoder = blocks.Stack(c.block(), c.num_layers, scan=c.scan_layers,
                                 remat=c.remat)
     if c.pooler:
-      self.pooler = layers.Dense(c.embed_dim, ("embed", "embed"),
+      self.pooler = layers.Dense(c.embed_dim, ("embed", "embed_out"),
                                  dtype=c.dtype)
     if c.pooler and c.nsp_head:
       self.nsp = layers.Dense(2, ("embed", "classes"), dtype=c.dtype)

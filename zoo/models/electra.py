@@ -80,7 +80,7 @@ class Network(nn.Module):
       raise ValueError(f"ELECTRA role must be 'discriminator' or "
                        f"'generator', got {c.role!r}")
     if c.embedding_dim != c.embed_dim:
-      x = layers.Dense(c.embed_dim, ("embed", "embed"), dtype=c.dtype,
+      x = layers.Dense(c.embed_dim, ("embed", "embed_out"), dtype=c.dtype,
                        name="embed_proj")(x)
     h, hs = blocks.Stack(c.block(), c.num_layers, scan=c.scan_layers,
                          remat=c.remat, name="encoder")(
@@ -90,7 +90,7 @@ class Network(nn.Module):
       out["logits"] = bert.MlmHead(c.embedding_dim, "gelu", c.norm_eps,
                                    c.dtype, name="mlm")(h, embed)
     elif return_logits:
-      d = layers.Dense(c.embed_dim, ("embed", "embed"), dtype=c.dtype,
+      d = layers.Dense(c.embed_dim, ("embed", "embed_out"), dtype=c.dtype,
                        name="transform")(h)
       d = layers.activation_fn(c.activation)(d)
       out["logits"] = layers.Dense(1, ("embed", "classes"), dtype=c.dtype,
