@@ -9,6 +9,14 @@ returns an `Objective`:
     params = obj.init(rng, batch)                 # boxed, logical axes
     loss, metrics = obj.loss(params, batch, rng, deterministic=False)
 
+`options` are the scheme's own (rates, lengths, ...; unknown names are an
+error) plus `model_args`, a dict of the family's Config overrides. Params
+are `{"model": <family params>, <head>: ...}`; `loss` takes them boxed or
+unboxed; `backbone(params)` returns `(family, config, params)` of the
+network fine-tuning starts from. Shared pieces live in `noise` (masks),
+`transforms` (inputs/targets functions), `segments` (pairs, attention
+masks), `common` (the `Scheme` skeleton, losses) and `testing`.
+
 `batch` follows the pretraining batch contract of DESIGN.md (int32
 `[B, L]` arrays `tokens`, `doc_ids`, `sentence_ids`, `word_ids`,
 `phrase_ids`). `metrics` holds sums (`loss_sum`, `weight_sum`,

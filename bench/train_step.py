@@ -1,0 +1,123 @@
+"""One full training step, the zoo against Hugging Face PyTorch, side by side.
+
+    python bench/train_step.py [--models bert-base,gpt2-small,t5-small]
+        [--batch 8] [--seq_len 128] [--steps 5] [--warmup 2]
+        [--zoo_dtypes float32,bfloat16] [--no_hf]
+
+For each model: tokens/s of forward + backward + AdamW update of
+- the zoo: the real objective (MLM, CLM, T5 span corruption) and the one
+  trainer's jitted, donated step (`zoo.train_lib.make_train_step`), in
+  float32 and in bfloat16 compute (bf16 matmul inputs, f32 accumulation);
+- transformers' PyTorch model of the same configuration with
+  `torch.optim.AdamW`, in float32 and under `torch.autocast("cpu",
+  bfloat16)`.
+Both run with dropout on (training mode) and the same thread count.
+MFU divides model FLOPs (3 x XLA's count of the zoo's forward loss) by the
+measured matmul peak: f32 runs by the f32 peak, bf16 runs by the bf16 one.
+
+Tokens are encoder input tokens (B x T); T5 also runs its decoder on the
+span-corruption targets, counted in the FLOPs but not the tokens.
+
+The last line prints the ratios of zoo tokens/s (best dtype) to HF's, e.g.
+`bert-base zoo/hf_f32=2.10 zoo/hf_bf16=1.45 | gpt2-small ... | t5-small ...`.
+"""
+
+import argparse
+import sys
+
+import _common  # pylint: disable=g-bad-import-order
+import _hf  # pylint: disable=g-bad-import-order
+import _zoo  # pylint: disable=g-bad-import-order
+
+MODELS = ("bert-base", "gpt2-small", "t5-small")
+
+
+def parse_args(argv):
+  """The command line."""
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--models", default=",".join(MODELS))
+  p.add_argument("--batch", type=int, default=8)
+  p.add_argument("--seq_len", type=int, default=128)
+  p.add_argument("--steps", type=int, default=5)
+  p.add_argument("--warmup", type=int, default=2)
+  p.add_argument("--zoo_dtypes", default="float32,bfloat16")
+  p.add_argument("--size", default="",
+                 help="override every model's size (e.g. tiny, for a dry run)")
+  p.add_argument("--no_hf", action="store_true",
+                 help="zoo only (the GPU script has no PyTorch reference)")
+  p.add_argument("--peak_n", type=int, default=2048)
+  args = p.parse_args(argv)
+  args.models = [m for m in args.models.split(",") if m]
+  unknown = sorted(set(args.models) - set(_zoo.SPECS))
+  if unknown:
+    p.error(f"unknown models {unknown}; known: {sorted(_zoo.SPECS)}")
+  args.zoo_dtypes = [d for d in args.zoo_dtypes.split(",") if d]
+  return args
+
+
+def run_model(name, args, peaks):
+  """Timings of one model: {"zoo_<dtype>": {...}, "hf_<mode>": {...}}."""
+  tokens = args.batch * args.seq_len
+  out, flops = {}, None
+  for dtype in args.zoo_dtypes:
+    seconds, flops, shapes = _zoo.time_step(
+        name, dtype, args.batch, args.seq_len, args.steps, args.warmup,
+        size=args.size or None)
+    out[f"zoo_{dtype}"] = _row(seconds, tokens, flops, peaks[dtype])
+  if not args.no_hf:
+    for mode in ("float32", "bfloat16"):
+      seconds = _hf.time_step(name, mode, shapes, args.steps,
+                                   args.warmup, size=args.size or None)
+      out[f"hf_{mode}"] = _row(seconds, tokens, flops, peaks[mode])
+  return out
+
+
+def _row(seconds, tokens, flops, peak):
+  return {"step_s": seconds, "tokens_per_s": tokens / seconds,
+          "model_tflops_per_step": flops / 1e12,
+          "mfu": flops / seconds / peak}
+
+
+def ratio_line(results) -> str:
+  """`name zoo/hf_f32=x zoo/hf_bf16=y | ...` with the zoo's best dtype."""
+  parts = []
+  for name, rows in results.items():
+    zoo = max(r["tokens_per_s"] for k, r in rows.items()
+              if k.startswith("zoo_"))
+    text = name
+    for mode, short in (("float32", "f32"), ("bfloat16", "bf16")):
+      if f"hf_{mode}" in rows:
+        text += f" zoo/hf_{short}={zoo / rows[f'hf_{mode}']['tokens_per_s']:.2f}"
+    if "hf_float32" not in rows:
+      text += f" zoo_mfu={max(r['mfu'] for r in rows.values()):.3f}"
+    parts.append(text)
+  return " | ".join(parts)
+
+
+def main(argv=None):
+  """Runs the benchmark and prints a table, a JSON line and the ratios."""
+  args = parse_args(sys.argv[1:] if argv is None else argv)
+  info = _common.machine()
+  if not args.no_hf:
+    info.update(_hf.versions())
+  peaks = {d: _common.matmul_peak(d, args.peak_n) for d in
+           ("float32", "bfloat16")}
+  print(f"machine {info}")
+  print(f"matmul peak f32={peaks['float32'] / 1e9:.0f} GFLOP/s "
+        f"bf16(f32 acc)={peaks['bfloat16'] / 1e9:.0f} GFLOP/s", flush=True)
+  results = {}
+  for name in args.models:
+    results[name] = run_model(name, args, peaks)
+    for key, row in results[name].items():
+      print(f"{name:11s} {key:13s} step {row['step_s'] * 1e3:8.1f} ms  "
+            f"{row['tokens_per_s']:9.0f} tok/s  MFU {row['mfu']:.3f}",
+            flush=True)
+  info["load_avg_1m_end"] = _common.machine()["load_avg_1m"]
+  _common.emit_json("train_step", {
+      "machine": info, "peaks_flops": peaks, "batch": args.batch,
+      "seq_len": args.seq_len, "steps": args.steps, "results": results})
+  print(ratio_line(results))
+
+
+if __name__ == "__main__":
+  main()
