@@ -40,9 +40,10 @@ data-packages: $(DSTAMP)
 data: $(STAMP) $(DSTAMP)
 	$(BIN)/python -m data.sample
 
-# The main job: pre-train a tiny BERT with MLM on the embedded sample.
+# The main job: the comparison harness on the demo grid (six tiny schemes,
+# three tasks, three seeds) over the embedded sample; prints the table.
 demo: $(STAMP) data
-	$(BIN)/python -m zoo.train --config configs/bert_mlm.py:tiny --workdir $(DEMO_DIR)
+	$(BIN)/python -m zoo.compare --config configs/compare/demo.py --workdir $(DEMO_DIR)
 
 test: $(TSTAMP) data
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests

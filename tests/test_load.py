@@ -166,3 +166,27 @@ def test_generate_is_the_greedy_continuation(workdir):
   want = want[:want.index(eos)] if eos in want else want
   assert m.generate(text, max_len=6) == tok.decode(want)
 
+
+
+def test_hugging_face_folder_embeds_like_the_reference(tmp_path):
+  """A tiny random HF BERT with a vocab.txt: `embed` matches torch."""
+  import torch  # pylint: disable=import-outside-toplevel
+  import transformers  # pylint: disable=import-outside-toplevel
+  words = ["the", "bank", "river", "money", "paid", "she", "of", "##s"]
+  vocab = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words
+           + [f"filler{i}" for i in range(64 - 5 - len(words))])
+  hf = transformers.BertModel(transformers.BertConfig(
+      vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
+      num_attention_heads=2, intermediate_size=64, max_position_embeddings=64))
+  hf.save_pretrained(str(tmp_path), safe_serialization=True)
+  (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+  m = zoo.load(str(tmp_path))
+  assert (m.family, m.step, m.tokenizer.kind) == ("bert", None, "wordpiece")
+  texts = ["she paid money", "the banks of the river"]
+  out = m.embed(texts)
+  assert out["tokens"][1].tolist() == [2, 5, 6, 12, 11, 5, 7, 3]
+  with torch.no_grad():
+    want = hf.eval()(torch.tensor(out["tokens"], dtype=torch.long),
+                     attention_mask=torch.tensor(out["mask"].astype(int)))
+  got, ref = out["hidden"], want.last_hidden_state.numpy()
+  np.testing.assert_allclose(got[out["mask"]], ref[out["mask"]], atol=1e-4)

@@ -47,7 +47,7 @@ class Config(bert.Config):
 SIZES = {
     "tiny": dict(vocab_size=512, num_layers=2, embed_dim=64, num_heads=4,
                  mlp_dim=128, max_len=128, embedding_dim=32,
-                 generator_fraction=0.25),
+                 generator_fraction=0.5),  # 2 generator heads: tensor=2 fits
     "small": dict(num_layers=12, embed_dim=256, num_heads=4, mlp_dim=1024,
                   embedding_dim=128, generator_fraction=0.25),
     "base": dict(),
