@@ -48,7 +48,8 @@ def gpt2(c) -> torch.nn.Module:
       n_layer=c.num_layers, n_head=c.num_heads, n_inner=c.mlp_dim,
       activation_function=_act(c.activation), layer_norm_epsilon=c.norm_eps,
       resid_pdrop=c.dropout_rate, embd_pdrop=c.dropout_rate,
-      attn_pdrop=c.attention_dropout_rate))
+      attn_pdrop=c.attention_dropout_rate, bos_token_id=c.vocab_size - 1,
+      eos_token_id=c.vocab_size - 1))
 
 
 def t5(c) -> torch.nn.Module:

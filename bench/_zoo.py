@@ -27,6 +27,23 @@ SPECS = {
 }
 
 
+def speed_args(name: str, attention_impl: str = "auto",
+               scan_layers: bool = False, attention_dropout: bool = True
+               ) -> dict[str, Any]:
+  """Model Config overrides: attention kernel, layer scan, attention dropout.
+
+  Dropout on attention probabilities forces the einsum path, so fused
+  kernels need `attention_dropout=False` (T5 shares one rate for all its
+  dropout, so there it turns all dropout off, as T5 v1.1 pre-training did).
+  """
+  args = {"attention_impl": attention_impl, "scan_layers": scan_layers}
+  if not attention_dropout:
+    family = SPECS[name][0].rsplit(".", 1)[-1].split("_")[0]
+    rate = "dropout_rate" if family == "t5" else "attention_dropout_rate"
+    args[rate] = 0.0
+  return args
+
+
 def make_config(name: str, dtype: str, batch: int, seq_len: int,
                 size: str | None = None, model_args: dict | None = None
                 ) -> ml_collections.ConfigDict:

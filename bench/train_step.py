@@ -26,8 +26,9 @@ import argparse
 import sys
 
 import _common  # pylint: disable=g-bad-import-order
-import _hf  # pylint: disable=g-bad-import-order
 import _zoo  # pylint: disable=g-bad-import-order
+
+_hf = None  # the PyTorch reference, imported only when it runs
 
 MODELS = ("bert-base", "gpt2-small", "t5-small")
 
@@ -46,6 +47,15 @@ def parse_args(argv):
   p.add_argument("--no_hf", action="store_true",
                  help="zoo only (the GPU script has no PyTorch reference)")
   p.add_argument("--peak_n", type=int, default=2048)
+  p.add_argument("--peak_tflops", type=float, default=0.0,
+                 help="MFU denominator for bf16 (e.g. a GPU's nominal dense "
+                      "bf16 peak); 0: the measured matmul peak")
+  p.add_argument("--attention_impl", default="auto",
+                 help="the models' attention_impl (see layers.attention)")
+  p.add_argument("--no_attention_dropout", action="store_true",
+                 help="zoo only: no dropout on attention probabilities, "
+                      "which fused kernels need (dropout forces einsum)")
+  p.add_argument("--scan_layers", action="store_true")
   args = p.parse_args(argv)
   args.models = [m for m in args.models.split(",") if m]
   unknown = sorted(set(args.models) - set(_zoo.SPECS))
@@ -60,9 +70,14 @@ def run_model(name, args, peaks):
   tokens = args.batch * args.seq_len
   out, flops = {}, None
   for dtype in args.zoo_dtypes:
-    seconds, flops, shapes = _zoo.time_step(
+    seconds, counted, shapes = _zoo.time_step(
         name, dtype, args.batch, args.seq_len, args.steps, args.warmup,
-        size=args.size or None)
+        size=args.size or None,
+        model_args=_zoo.speed_args(name, args.attention_impl,
+                                   args.scan_layers,
+                                   not args.no_attention_dropout))
+    # One FLOP count per model: the first dtype's (bf16 adds only casts).
+    flops = flops or counted
     out[f"zoo_{dtype}"] = _row(seconds, tokens, flops, peaks[dtype])
   if not args.no_hf:
     for mode in ("float32", "bfloat16"):
@@ -99,12 +114,20 @@ def main(argv=None):
   args = parse_args(sys.argv[1:] if argv is None else argv)
   info = _common.machine()
   if not args.no_hf:
+    global _hf  # pylint: disable=global-statement
+    import _hf  # pylint: disable=g-import-not-at-top,import-outside-toplevel,redefined-outer-name
     info.update(_hf.versions())
   peaks = {d: _common.matmul_peak(d, args.peak_n) for d in
            ("float32", "bfloat16")}
+  info["measured_peaks_flops"] = dict(peaks)
+  if args.peak_tflops > 0:
+    peaks["bfloat16"] = args.peak_tflops * 1e12
   print(f"machine {info}")
-  print(f"matmul peak f32={peaks['float32'] / 1e9:.0f} GFLOP/s "
-        f"bf16(f32 acc)={peaks['bfloat16'] / 1e9:.0f} GFLOP/s", flush=True)
+  measured = info["measured_peaks_flops"]
+  print(f"measured matmul peak f32={measured['float32'] / 1e9:.0f} GFLOP/s "
+        f"bf16(f32 acc)={measured['bfloat16'] / 1e9:.0f} GFLOP/s; MFU "
+        f"denominators f32={peaks['float32'] / 1e9:.0f} "
+        f"bf16={peaks['bfloat16'] / 1e9:.0f} GFLOP/s", flush=True)
   results = {}
   for name in args.models:
     results[name] = run_model(name, args, peaks)

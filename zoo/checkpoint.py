@@ -49,6 +49,19 @@ def with_shardings(abstract, shardings):
       abstract, shardings)
 
 
+def _plain_array_writes_on_cpu() -> None:
+  """On CPU, writes each shard from its first replica without slicing.
+
+  Orbax's replica-parallel writes split replicated shards with one small
+  jitted slice per piece; on a CPU mesh of fake devices that costs seconds
+  of compilation per save and buys no bandwidth. Accelerators keep it.
+  """
+  if jax.default_backend() == "cpu":
+    ocp.type_handlers.register_type_handler(
+        jax.Array, ocp.type_handlers.ArrayHandler(use_replica_parallel=False),
+        override=True)
+
+
 class Checkpointer:
   """Saves and restores `(state, meta)` pairs under `workdir/checkpoints`.
 
@@ -56,6 +69,7 @@ class Checkpointer:
   """
 
   def __init__(self, workdir: str, keep: int = 3, async_save: bool = True):
+    _plain_array_writes_on_cpu()
     self.directory = epath.Path(workdir) / "checkpoints"
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep if keep and keep > 0 else None, create=True,

@@ -38,6 +38,7 @@ from zoo import checkpoint as ckpt_lib
 from zoo import models
 from zoo import train as train_mod
 from zoo import train_lib
+from zoo.metrics_log import read_metrics
 
 DONE = "done.json"
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_-.")
@@ -218,8 +219,12 @@ def pretrain(grid, cell: Cell, celldir: str) -> dict[str, Any]:
   if done is not None:
     return done
   final = train_mod.train(cell_config(grid, cell), celldir)
+  if "loss" not in final:  # killed after its last save: the last log line
+    rows = read_metrics(celldir, "train")
+    final = rows[-1] if rows else final
   scalars = {k: float(v) for k, v in final.items()
-             if isinstance(v, (int, float)) and k != "tokens_per_s"}
+             if isinstance(v, (int, float)) and k not in
+             ("tokens_per_s", "time")}
   write_json(os.path.join(celldir, "pretrain.json"), scalars)
   return scalars
 

@@ -158,6 +158,10 @@ class Loaded:
       raise ValueError(f"no mask in {text!r}; write one of {MASK_MARKERS}")
     logits = _logits(self.family, self.config, self.params,
                      jnp.asarray(tokens))
+    if logits.ndim != 3 or logits.shape[-1] != self.config.vocab_size:
+      raise ValueError(f"{self.family}'s logits {logits.shape} are not over "
+                       "the vocabulary (an ELECTRA discriminator scores "
+                       "replaced pieces); fill_mask needs an MLM head")
     probs = np.asarray(jax.nn.softmax(logits[0, where], axis=-1))
     out = []
     for row in probs:

@@ -45,15 +45,15 @@ def pretrain(steps: int = 150) -> ml_collections.ConfigDict:
   return c
 
 
-def recipe(steps: int = 100) -> ml_collections.ConfigDict:
+def recipe(steps: int = 80) -> ml_collections.ConfigDict:
   """The one fine-tuning recipe (keyword arguments of `finetune`)."""
   return ml_collections.ConfigDict(dict(
-      mode="full", steps=steps, batch_size=32, lr=2e-3, max_len=64,
-      max_target_len=8, eval_limit=200, splits=("validation",)))
+      mode="full", steps=steps, batch_size=16, lr=2e-3, max_len=64,
+      max_target_len=8, eval_limit=100, splits=("validation",)))
 
 
 def grid(cells, tasks=TASKS, seeds=SEEDS, pretrain_steps: int = 150,
-         finetune_steps: int = 100) -> ml_collections.ConfigDict:
+         finetune_steps: int = 80) -> ml_collections.ConfigDict:
   """A grid of `(name, objective, model, t5_row)` cells over one recipe."""
   from configs.compare import t5_tables  # pylint: disable=import-outside-toplevel
   g = ml_collections.ConfigDict()
@@ -76,4 +76,4 @@ def get_config(arg: str | None = None):
     raise ValueError(f"demo grid arguments are steps= and ft_steps=; got "
                      f"{sorted(unknown)}")
   return grid(CELLS, pretrain_steps=int(args.get("steps", 150)),
-              finetune_steps=int(args.get("ft_steps", 100)))
+              finetune_steps=int(args.get("ft_steps", 80)))

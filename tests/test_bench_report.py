@@ -1,0 +1,66 @@
+"""Tests of bench/report.py: benchmark JSON lines -> the README section."""
+
+import json
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent
+                       / "bench"))
+import report  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+MACHINE = {"cpu": "Test CPU", "cores": 2, "backend": "cpu", "jax": "9.9",
+           "flax": "8.8", "torch": "7.7", "transformers": "6.6",
+           "load_avg_1m": 3.5, "load_avg_1m_end": 4.0}
+
+
+def _row(seconds):
+  return {"step_s": seconds, "tokens_per_s": 1024 / seconds,
+          "model_tflops_per_step": 0.5, "mfu": 0.5 / seconds / 40}
+
+
+def _log(tmp_path):
+  train = {"bench": "train_step", "machine": MACHINE, "batch": 8,
+           "seq_len": 128, "steps": 3,
+           "peaks_flops": {"float32": 4e10, "bfloat16": 2e10},
+           "results": {"bert-base": {"zoo_float32": _row(2.0),
+                                     "hf_float32": _row(5.0)}}}
+  attn = {"bench": "attention", "machine": MACHINE, "batch": 1, "heads": 2,
+          "head_dim": 64, "dtype": "float32", "backward": False,
+          "causal": False, "lengths": [512, 1024],
+          "results": {"einsum": {"512": {"seconds": 0.01,
+                                         "peak_bytes": 2**20},
+                                 "1024": {"seconds": 0.04,
+                                          "peak_bytes": 2**22}}},
+          "slopes": {"einsum": {"time": 2.0, "mem": 2.0}}}
+  path = tmp_path / "bench.log"
+  path.write_text("noise\n" + "".join(
+      f"{report.TAG} {json.dumps(r)}\n" for r in (train, attn)) + "ratios\n")
+  return path
+
+
+def test_section_replaces_only_between_markers(tmp_path):
+  readme = tmp_path / "README.md"
+  readme.write_text(f"# Title\n\n{report.START}\nold\n{report.END}\n"
+                    "after\n")
+  report.main([str(_log(tmp_path)), "--readme", str(readme)])
+  text = readme.read_text()
+  assert text.startswith("# Title\n") and text.endswith("after\n")
+  assert "old" not in text
+  assert "Test CPU (2 cores" in text and "torch 7.7" in text
+  # zoo at 2 s/step vs the reference at 5 s/step: the reference row is 2.50.
+  assert "| bert-base | hf_float32 | 5000.0 | 205 | 0.003 | 2.50 |" in text
+  assert "| einsum | 1024 | 40.0 | 4.0 |" in text
+  assert "einsum: time 2.00, memory 2.00" in text
+
+
+def test_missing_markers_and_records_raise(tmp_path):
+  readme = tmp_path / "README.md"
+  readme.write_text("no markers\n")
+  with pytest.raises(ValueError, match="exactly one"):
+    report.main([str(_log(tmp_path)), "--readme", str(readme)])
+  empty = tmp_path / "empty.log"
+  empty.write_text("nothing here\n")
+  with pytest.raises(ValueError, match="no BENCH_JSON"):
+    report.read_records([empty])
