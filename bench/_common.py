@@ -15,7 +15,8 @@ import time
 from typing import Any, Callable
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
+# The repository first: bench/data.py must not shadow the `data` package.
+if sys.path[:1] != [str(ROOT)]:
   sys.path.insert(0, str(ROOT))
 
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -77,7 +78,21 @@ def machine() -> dict[str, Any]:
   except ImportError:
     pass
   info["cpu"] = _cpu_name()
+  info["isa"] = _cpu_isa()
   return info
+
+
+def _cpu_isa() -> list[str]:
+  # The matmul extensions that decide whether bf16 pays on a CPU.
+  wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+  try:
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+      if line.startswith("flags"):
+        flags = set(line.split(":", 1)[1].split())
+        return [f for f in wanted if f in flags]
+  except OSError:
+    pass
+  return []
 
 
 def _cpu_name() -> str:

@@ -5,9 +5,10 @@
     python bench/report.py /tmp/train_step.log /tmp/attention.log \\
         [--readme README.md]
 
-Reads the `BENCH_JSON` lines the benchmarks print and replaces the text
-between `<!-- perf:start -->` and `<!-- perf:end -->` in the README with
-tables naming the machine and versions. Text outside the markers is kept.
+Reads the `BENCH_JSON` lines the benchmarks print (the last of each kind)
+and replaces the text between `<!-- perf:start -->` and `<!-- perf:end -->`
+in the README with tables naming the machine and versions. Text outside
+the markers is kept.
 """
 
 import argparse
@@ -20,15 +21,22 @@ TAG = "BENCH_JSON"
 
 
 def read_records(paths) -> list[dict]:
-  """Every `BENCH_JSON` record in the files, in order."""
-  records = []
+  """The last `BENCH_JSON` record of each benchmark run in the files.
+
+  `train_step.py` prints a cumulative record after every model; the last
+  one of a run (same first model) holds them all. Runs with different
+  first models (e.g. one per model) each get a table.
+  """
+  records = {}
   for path in paths:
     for line in pathlib.Path(path).read_text().splitlines():
       if line.startswith(TAG + " "):
-        records.append(json.loads(line[len(TAG) + 1:]))
+        record = json.loads(line[len(TAG) + 1:])
+        first = next(iter(record.get("results", {})), "")
+        records[(record["bench"], first)] = record
   if not records:
     raise ValueError(f"no {TAG} lines in {list(map(str, paths))}")
-  return records
+  return list(records.values())
 
 
 def machine_line(m: dict) -> str:
@@ -38,10 +46,13 @@ def machine_line(m: dict) -> str:
            f"jax {m.get('jax', '?')}", f"flax {m.get('flax', '?')}"]
   if "torch" in m:
     parts += [f"torch {m['torch']}", f"transformers {m.get('transformers')}"]
+  if m.get("isa"):
+    parts.insert(1, "ISA " + " ".join(m["isa"]))
   load = m.get("load_avg_1m")
   if load is not None:
-    parts.append(f"1-min load average {load} at start, "
-                 f"{m.get('load_avg_1m_end', '?')} at end")
+    end = m.get("load_avg_1m_end")
+    parts.append(f"1-min load average {load}" + (
+        f" at start, {end} at end" if end is not None else ""))
   return "Measured on " + ", ".join(parts) + "."
 
 
@@ -49,11 +60,11 @@ def train_step_section(r: dict) -> list[str]:
   """Markdown lines for one `train_step` record."""
   peaks = r["peaks_flops"]
   out = [f"Training step (forward, backward, AdamW), batch {r['batch']} x "
-         f"{r['seq_len']} tokens, median of {r['steps']} steps after "
+         f"{r['seq_len']} tokens, median of {r['steps']} timed step(s) after "
          f"warm-up. {machine_line(r['machine'])} Matmul peak: "
          f"{peaks['float32'] / 1e9:.0f} GFLOP/s f32, "
          f"{peaks['bfloat16'] / 1e9:.0f} GFLOP/s bf16 (f32 accumulation).", "",
-         "| model | run | ms/step | tokens/s | MFU | zoo/this |",
+         "| model | run | ms/step | tokens/s | MFU | best zoo / this |",
          "|---|---|---:|---:|---:|---:|"]
   for name, rows in r["results"].items():
     best = max(v["tokens_per_s"] for k, v in rows.items()
@@ -73,7 +84,7 @@ def attention_section(r: dict) -> list[str]:
          f"memory against length T = S. {machine_line(r['machine'])}", "",
          "| kernel | T | ms | MiB |", "|---|---:|---:|---:|"]
   for impl, rows in r["results"].items():
-    for t, row in rows.items():
+    for t, row in sorted(rows.items(), key=lambda kv: int(kv[0])):
       out.append(f"| {impl} | {t} | {row['seconds'] * 1e3:.1f} | "
                  f"{row['peak_bytes'] / 2**20:.1f} |")
   slopes = ", ".join(f"{impl}: time {s['time']:.2f}, memory {s['mem']:.2f}"

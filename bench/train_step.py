@@ -2,7 +2,7 @@
 
     python bench/train_step.py [--models bert-base,gpt2-small,t5-small]
         [--batch 8] [--seq_len 128] [--steps 5] [--warmup 2]
-        [--zoo_dtypes float32,bfloat16] [--no_hf]
+        [--zoo_dtypes float32,bfloat16] [--hf_modes float32,bfloat16] [--no_hf]
 
 For each model: tokens/s of forward + backward + AdamW update of
 - the zoo: the real objective (MLM, CLM, T5 span corruption) and the one
@@ -44,6 +44,8 @@ def parse_args(argv):
   p.add_argument("--zoo_dtypes", default="float32,bfloat16")
   p.add_argument("--size", default="",
                  help="override every model's size (e.g. tiny, for a dry run)")
+  p.add_argument("--hf_modes", default="float32,bfloat16",
+                 help="reference runs: float32 and/or bfloat16 (autocast)")
   p.add_argument("--no_hf", action="store_true",
                  help="zoo only (the GPU script has no PyTorch reference)")
   p.add_argument("--peak_n", type=int, default=2048)
@@ -62,6 +64,10 @@ def parse_args(argv):
   if unknown:
     p.error(f"unknown models {unknown}; known: {sorted(_zoo.SPECS)}")
   args.zoo_dtypes = [d for d in args.zoo_dtypes.split(",") if d]
+  args.hf_modes = [m for m in args.hf_modes.split(",") if m]
+  bad = sorted(set(args.zoo_dtypes + args.hf_modes) - {"float32", "bfloat16"})
+  if bad:
+    p.error(f"dtypes {bad} are not float32 or bfloat16")
   return args
 
 
@@ -80,9 +86,9 @@ def run_model(name, args, peaks):
     flops = flops or counted
     out[f"zoo_{dtype}"] = _row(seconds, tokens, flops, peaks[dtype])
   if not args.no_hf:
-    for mode in ("float32", "bfloat16"):
-      seconds = _hf.time_step(name, mode, shapes, args.steps,
-                                   args.warmup, size=args.size or None)
+    for mode in args.hf_modes:
+      seconds = _hf.time_step(name, mode, shapes, args.steps, args.warmup,
+                              size=args.size or None)
       out[f"hf_{mode}"] = _row(seconds, tokens, flops, peaks[mode])
   return out
 
@@ -135,10 +141,11 @@ def main(argv=None):
       print(f"{name:11s} {key:13s} step {row['step_s'] * 1e3:8.1f} ms  "
             f"{row['tokens_per_s']:9.0f} tok/s  MFU {row['mfu']:.3f}",
             flush=True)
-  info["load_avg_1m_end"] = _common.machine()["load_avg_1m"]
-  _common.emit_json("train_step", {
-      "machine": info, "peaks_flops": peaks, "batch": args.batch,
-      "seq_len": args.seq_len, "steps": args.steps, "results": results})
+    # Cumulative after every model, so a cut-short run still reports.
+    info["load_avg_1m_end"] = _common.machine()["load_avg_1m"]
+    _common.emit_json("train_step", {
+        "machine": info, "peaks_flops": peaks, "batch": args.batch,
+        "seq_len": args.seq_len, "steps": args.steps, "results": results})
   print(ratio_line(results))
 
 

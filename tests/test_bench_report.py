@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent
-                       / "bench"))
+# Appended, not prepended: bench/data.py must not shadow the data package.
+sys.path.append(str(pathlib.Path(__file__).resolve().parent.parent / "bench"))
 import report  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 MACHINE = {"cpu": "Test CPU", "cores": 2, "backend": "cpu", "jax": "9.9",
@@ -35,8 +35,11 @@ def _log(tmp_path):
                                           "peak_bytes": 2**22}}},
           "slopes": {"einsum": {"time": 2.0, "mem": 2.0}}}
   path = tmp_path / "bench.log"
+  # An earlier record of the same run (same first model): the last counts.
+  partial = dict(train, results={"bert-base": {"zoo_float32": _row(9.0)}})
   path.write_text("noise\n" + "".join(
-      f"{report.TAG} {json.dumps(r)}\n" for r in (train, attn)) + "ratios\n")
+      f"{report.TAG} {json.dumps(r)}\n" for r in (partial, train, attn))
+      + "ratios\n")
   return path
 
 
@@ -47,7 +50,7 @@ def test_section_replaces_only_between_markers(tmp_path):
   report.main([str(_log(tmp_path)), "--readme", str(readme)])
   text = readme.read_text()
   assert text.startswith("# Title\n") and text.endswith("after\n")
-  assert "old" not in text
+  assert "old" not in text and "9000.0" not in text
   assert "Test CPU (2 cores" in text and "torch 7.7" in text
   # zoo at 2 s/step vs the reference at 5 s/step: the reference row is 2.50.
   assert "| bert-base | hf_float32 | 5000.0 | 205 | 0.003 | 2.50 |" in text
@@ -64,3 +67,24 @@ def test_missing_markers_and_records_raise(tmp_path):
   empty.write_text("nothing here\n")
   with pytest.raises(ValueError, match="no BENCH_JSON"):
     report.read_records([empty])
+
+
+def test_ratio_line_uses_best_zoo_dtype():
+  import train_step  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  results = {"bert-base": {"zoo_float32": _row(4.0), "zoo_bfloat16": _row(2.0),
+                           "hf_float32": _row(5.0), "hf_bfloat16": _row(3.0)},
+             "gpt2-small": {"zoo_bfloat16": _row(1.0)}}
+  line = train_step.ratio_line(results)
+  assert line.startswith("bert-base zoo/hf_f32=2.50 zoo/hf_bf16=1.50 | ")
+  # Without a reference the line reports the zoo's MFU instead.
+  assert line.endswith("gpt2-small zoo_mfu=0.013")
+
+
+def test_train_step_rejects_unknown_models_and_dtypes():
+  import train_step  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  with pytest.raises(SystemExit):
+    train_step.parse_args(["--models", "bert-huge"])
+  with pytest.raises(SystemExit):
+    train_step.parse_args(["--hf_modes", "float16"])
+  args = train_step.parse_args(["--models", "t5-small", "--no_hf"])
+  assert args.models == ["t5-small"] and args.no_hf
