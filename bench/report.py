@@ -73,6 +73,8 @@ def train_step_section(r: dict) -> list[str]:
       out.append(f"| {name} | {key} | {row['step_s'] * 1e3:.1f} | "
                  f"{row['tokens_per_s']:.0f} | {row['mfu']:.3f} | "
                  f"{best / row['tokens_per_s']:.2f} |")
+  if r.get("note"):
+    out += ["", f"Note: {r['note']}."]
   return out + [""]
 
 
