@@ -235,3 +235,70 @@ def test_bad_requests_name_the_problem(tok, topic):
   wrong = {"backbone": jax.numpy.zeros(3)}
   with pytest.raises(ValueError, match="lack"):
     finetune.finetune("bert", _config(tok), wrong, topic, tok, steps=1)
+
+
+QUESTION_TYPES = ["ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"]
+
+
+def _keyword_examples(n, seed):
+  """One keyword names one of six several-piece labels; the rest is filler."""
+  r = random.Random(seed)
+  out = []
+  for _ in range(n):
+    label = r.randrange(len(QUESTION_TYPES))
+    words = [ANIMALS[label]] + r.sample(FILLER, 4)
+    r.shuffle(words)
+    text = " ".join(words)
+    out.append(dict(inputs=f"type: {text}", text=text, label=label,
+                    targets=QUESTION_TYPES[label]))
+  return out
+
+
+def test_text_to_text_rows_teacher_force_the_target_then_eos(tok):
+  task = _task("kw", "class", "accuracy", QUESTION_TYPES, _keyword_examples)
+  examples = task.validation[:8]
+  ids = finetune_data.Ids.of(tok)
+  gold = [tok.encode(ex["targets"]) + [ids.eos] for ex in examples]
+  enc = finetune_data.encdec_arrays(examples, tok, inputs_len=16,
+                                    targets_len=6, start_id=17)
+  dec = finetune_data.decoder_arrays(examples, tok, prompt_len=16,
+                                     targets_len=6)
+  for i, y in enumerate(gold):
+    n = len(y)
+    assert enc["targets"][i, :n].tolist() == y
+    assert enc["dec_tokens"][i, :n].tolist() == [17] + y[:-1]
+    assert enc["weights"][i].tolist() == [1.0] * n + [0.0] * (6 - n)
+    assert enc["enc_tokens"][i][enc["enc_tokens"][i] != ids.pad][-1] == ids.eos
+    # Decoder: weights mark exactly the positions whose next id is y.
+    w = dec["weights"][i] > 0
+    assert dec["targets"][i][w].tolist() == y
+    assert dec["tokens"][i, 1:][w[:-1]].tolist() == y
+    prompt = dec["prompt"][i][dec["prompt"][i] != ids.pad].tolist()
+    assert prompt[-1] == ids.sep
+    assert dec["tokens"][i, :len(prompt)].tolist() == prompt
+    assert dec["tokens"][i, len(prompt):len(prompt) + n].tolist() == y
+    assert dec["prompt"][i, -1] == ids.sep  # left-padded: sep is last
+
+
+def test_encdec_learns_several_piece_labels_from_scratch(tok):
+  """Six labels of 3-4 pieces each, keyed by one input word: chance is ~17%
+  and a working encoder-decoder gets (nearly) all of them."""
+  task = _task("kw", "class", "accuracy", QUESTION_TYPES, _keyword_examples)
+  assert all(len(tok.encode(t)) >= 3 for t in QUESTION_TYPES)
+  metrics, state = _run(tok, task, "t5", None, "full", steps=200, lr=2e-3,
+                        splits=("validation",),
+                        config=_config(tok, "t5", dropout_rate=0.0))
+  assert metrics["validation/accuracy"] > 90
+  assert np.mean(state.losses[-5:]) < 0.2
+
+
+def test_text_scores_map_exact_label_strings_only(topic):
+  examples = topic.validation[:20]
+  gold = [ex["targets"] for ex in examples]
+  right = finetune_data.text_scores(topic, examples, [f" {t} " for t in gold])
+  assert right["accuracy"] == 100.0
+  # A near-miss names no label: it is wrong, never silently class 0.
+  near = finetune_data.text_scores(topic, examples, [t + "s" for t in gold])
+  assert near["accuracy"] == 0.0
+  flipped = ["vehicle" if t == "animal" else "animal" for t in gold]
+  assert finetune_data.text_scores(topic, examples, flipped)["accuracy"] == 0
