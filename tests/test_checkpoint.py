@@ -168,3 +168,20 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path):
     checkpoint.restore_replicated(str(tmp_path))
   with pytest.raises(FileNotFoundError, match="has no config.json"):
     checkpoint.read_config(str(tmp_path))
+
+
+def test_relative_workdir_saves_and_restores(tmp_path, monkeypatch):
+  """A workdir given relative to the current directory works (Orbax itself
+  accepts only absolute paths)."""
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from zoo import checkpoint  # pylint: disable=import-outside-toplevel
+  monkeypatch.chdir(tmp_path)
+  ckpt = checkpoint.Checkpointer("run", keep=2, async_save=False)
+  state = {"w": jnp.arange(4.0)}
+  ckpt.save(1, state, {"step": 1})
+  ckpt.wait()
+  restored, meta = ckpt.restore(1, state)
+  ckpt.close()
+  assert (tmp_path / "run" / "checkpoints" / "1").is_dir()
+  assert meta["step"] == 1
+  assert (restored["w"] == state["w"]).all()

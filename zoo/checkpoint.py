@@ -70,7 +70,9 @@ class Checkpointer:
 
   def __init__(self, workdir: str, keep: int = 3, async_save: bool = True):
     _plain_array_writes_on_cpu()
-    self.directory = epath.Path(workdir) / "checkpoints"
+    # Orbax wants absolute paths; a local workdir may be given relative.
+    root = workdir if "://" in str(workdir) else os.path.abspath(workdir)
+    self.directory = epath.Path(root) / "checkpoints"
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep if keep and keep > 0 else None, create=True,
         cleanup_tmp_directories=True, enable_async_checkpointing=async_save)
