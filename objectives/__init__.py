@@ -25,6 +25,7 @@ is the scalar the optimizer differentiates (a mean). Everything random
 comes from `rng` inside jit, with static shapes.
 """
 
+import abc
 import dataclasses
 import importlib
 import pkgutil
@@ -70,22 +71,22 @@ class Specials:
     return self.sentinel(self.num_sentinels - 1) - 1
 
 
-class Objective:
+class Objective(abc.ABC):
   """A bound scheme: models, corruption and loss. Subclasses set these."""
   name: str = ""
   interface: str = ""  # "encoder" | "decoder" | "encdec" | "pair" | "lstm"
 
+  @abc.abstractmethod
   def init(self, rng, batch: dict[str, Any]):
     """Params (logically boxed) for a batch of the contract's shapes."""
-    raise NotImplementedError
 
+  @abc.abstractmethod
   def loss(self, params, batch, rng, deterministic: bool = False):
     """`(loss, metrics)`: scalar mean loss and a dict of sums."""
-    raise NotImplementedError
 
+  @abc.abstractmethod
   def backbone(self, params):
     """`(family, config, params)` of the network fine-tuning starts from."""
-    raise NotImplementedError
 
 
 def register(name: str):

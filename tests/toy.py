@@ -67,6 +67,10 @@ class ToyLM(objectives.Objective):
   def init(self, rng, batch):
     return self.net.init(rng, batch["tokens"])["params"]
 
+  def backbone(self, params):
+    """The toy network is its own backbone (no zoo family)."""
+    return "toy", self.net, params
+
   def loss(self, params, batch, rng, deterministic=False):
     tokens = batch["tokens"]
     logits = self.net.apply({"params": params}, tokens[:, :-1], deterministic,
