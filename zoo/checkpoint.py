@@ -49,6 +49,9 @@ def with_shardings(abstract, shardings):
       abstract, shardings)
 
 
+_PLAIN_WRITES = False  # registered once per process
+
+
 def _plain_array_writes_on_cpu() -> None:
   """On CPU, writes each shard from its first replica without slicing.
 
@@ -56,7 +59,9 @@ def _plain_array_writes_on_cpu() -> None:
   jitted slice per piece; on a CPU mesh of fake devices that costs seconds
   of compilation per save and buys no bandwidth. Accelerators keep it.
   """
-  if jax.default_backend() == "cpu":
+  global _PLAIN_WRITES
+  if not _PLAIN_WRITES and jax.default_backend() == "cpu":
+    _PLAIN_WRITES = True
     ocp.type_handlers.register_type_handler(
         jax.Array, ocp.type_handlers.ArrayHandler(use_replica_parallel=False),
         override=True)
