@@ -187,7 +187,8 @@ class Scheme(objectives.Objective):
 
   def model_inputs(self, inputs):
     """Hook: `(args, kwargs)` of the model call used by `init_model`."""
-    raise NotImplementedError
+    raise TypeError(f"scheme {type(self).__name__} must define model_inputs "
+                    "or override init_model")
 
   def init_heads(self, rng, params, inputs):
     """Hook: boxed params of the scheme's own heads (default none)."""

@@ -15,7 +15,6 @@ import dataclasses
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 from zoo.models import blocks
 from zoo.models import layers
@@ -205,14 +204,10 @@ class Model(nn.Module):
     Returns:
       "logits" [B,T,V], "hidden" [B,T,D], "layers" L+1 x [B,T,D].
     """
-    if enc_segment_ids is None:
-      enc_segment_ids = jnp.ones(encoder_hidden.shape[:2], jnp.int32)
-    t = dec_tokens.shape[1]
-    pos = seq2seq.arange_positions(dec_tokens, dec_positions)
-    h, hs = self.decoder(
-        self._embed(dec_tokens), pos,
-        seq2seq.decoder_mask(t, dec_segment_ids, dec_mask),
-        encoder_hidden, seq2seq.cross_mask(enc_segment_ids, dec_segment_ids, t),
-        deterministic=deterministic)
+    pos, self_mask, cross = seq2seq.decoder_inputs(
+        dec_tokens, encoder_hidden, enc_segment_ids, dec_segment_ids,
+        dec_positions, dec_mask)
+    h, hs = self.decoder(self._embed(dec_tokens), pos, self_mask, encoder_hidden, cross,
+                         deterministic=deterministic)
     logits = self.token_embed.attend(h) + self.final_logits_bias
     return {"logits": logits, "hidden": h, "layers": hs}

@@ -55,3 +55,23 @@ def cross_mask(enc_segment_ids: Array, dec_segment_ids: Array | None,
   if dec_segment_ids is None:
     return layers.key_padding_mask(enc_segment_ids, length)
   return layers.segment_mask(dec_segment_ids, enc_segment_ids)
+
+
+def decoder_inputs(dec_tokens: Array, encoder_hidden: Array,
+                   enc_segment_ids: Array | None,
+                   dec_segment_ids: Array | None,
+                   dec_positions: Array | None,
+                   dec_mask: Array | None) -> tuple[Array, Array, Array]:
+  """`(positions [B,T], self mask [B|1,T,T], cross mask [B,T,S])` of a decode.
+
+  Args:
+    dec_tokens: int [B,T]. encoder_hidden: float [B,S,D].
+    enc_segment_ids: int [B,S], 0 = padding; None = no padding.
+    dec_segment_ids, dec_positions, dec_mask: as in the families' `decode`.
+  """
+  if enc_segment_ids is None:
+    enc_segment_ids = jnp.ones(encoder_hidden.shape[:2], jnp.int32)
+  t = dec_tokens.shape[1]
+  return (arange_positions(dec_tokens, dec_positions),
+          decoder_mask(t, dec_segment_ids, dec_mask),
+          cross_mask(enc_segment_ids, dec_segment_ids, t))
