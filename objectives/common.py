@@ -13,6 +13,7 @@ part's under `<part>_loss_sum`, ... Params are `{"model": ..., <head>: ...}`.
 """
 
 import dataclasses
+import math
 from typing import Any
 
 import flax.linen as nn
@@ -54,6 +55,41 @@ def token_sums(logits, targets, weights):
   hit = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
   return {"loss_sum": (nll * w).sum(), "weight_sum": w.sum(),
           "correct_sum": (hit * w).sum()}
+
+
+def prediction_budget(rate, length):
+  """Static K: a bound on the positions a masking rate noises in a row.
+
+  `noise.iid_mask` and `noise.unit_mask` noise at most
+  max(1, round(rate * n)) of a row's n <= length eligible pieces; one more
+  covers float32 rounding of rate * n.
+
+  Args:
+    rate: fraction of pieces noised.
+    length: T, the row length.
+
+  Returns:
+    int K, 1 <= K <= T.
+  """
+  return max(1, min(length, math.ceil(rate * length) + 1))
+
+
+def prediction_positions(mask, k):
+  """The noised positions of each row first, as K static slots.
+
+  A head that predicts only noised pieces runs on these K positions instead
+  of all T (`logits_at` of the encoder families).
+
+  Args:
+    mask: [B, T] bool noised positions, at most K per row.
+    k: static K <= T.
+
+  Returns:
+    ([B, K] int32 positions: the noised ones in order, then unnoised
+    fillers; [B, K] bool, True on the noised ones).
+  """
+  at = jnp.argsort(~mask, axis=-1, stable=True)[:, :k].astype(jnp.int32)
+  return at, jnp.take_along_axis(mask, at, axis=-1)
 
 
 def binary_sums(scores, labels, weights):

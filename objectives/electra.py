@@ -6,6 +6,9 @@ distribution (inside jit, no gradient through the sample); the
 discriminator, sharing the generator's embedding tables, labels every piece
 of the corrupted row as original or replaced. The loss is the generator's
 MLM plus 50 times the discriminator's. The discriminator is the backbone.
+
+The generator's head runs, and samples, only at the K masked slots of
+`mlm.gather_predictions`, not over all [B, T, V].
 """
 
 import jax
@@ -16,6 +19,12 @@ from objectives import mlm as mlm_lib
 from objectives import register
 from objectives import transforms
 from zoo import models
+
+
+def _scatter(tokens, at, values):
+  """tokens [B, T] with values [B, K] written at distinct positions at."""
+  rows = jnp.arange(tokens.shape[0])[:, None]
+  return tokens.at[rows, at].set(values, unique_indices=True)
 
 
 class Electra(common.Scheme):
@@ -39,8 +48,9 @@ class Electra(common.Scheme):
     opts = {k: self.options[k] for k in mlm_lib.MLM_DEFAULTS}
     tokens, mask = mlm_lib.mask_tokens(rng, batch, self.specials, **opts)
     doc = batch["doc_ids"]
-    return dict(batch, inputs=tokens, mask=mask,
-                positions=transforms.positions_from_segments(doc))
+    inputs = dict(batch, inputs=tokens, mask=mask,
+                  positions=transforms.positions_from_segments(doc))
+    return mlm_lib.gather_predictions(inputs, opts["rate"])
 
   def _kw(self, inputs):
     return {"segment_ids": inputs["doc_ids"],
@@ -50,20 +60,22 @@ class Electra(common.Scheme):
     return self.pair.init({"params": rng, "dropout": rng}, inputs["inputs"],
                           **self._kw(inputs))["params"]
 
-  def _apply(self, params, method, tokens, inputs, rng, deterministic):
+  def _apply(self, params, method, tokens, inputs, rng, deterministic,
+             **kw):
     rngs = {} if rng is None else {"dropout": rng}
     return self.pair.apply({"params": params["model"]}, tokens,
                            method=method, deterministic=deterministic,
-                           rngs=rngs, **self._kw(inputs))
+                           rngs=rngs, **self._kw(inputs), **kw)
 
   def run(self, params, inputs, rng, deterministic):
     k_gen, k_sample, k_disc = (jax.random.split(rng, 3) if rng is not None
                                else (None, jax.random.key(0), None))
     gen = self._apply(params, "generator", inputs["inputs"], inputs, k_gen,
-                      deterministic)
+                      deterministic, logits_at=inputs["logits_at"])
     logits = jax.lax.stop_gradient(gen["logits"]) / self.options["temperature"]
     sampled = jax.random.categorical(k_sample, logits).astype(jnp.int32)
-    fake = jnp.where(inputs["mask"], sampled, inputs["tokens"])
+    fake = _scatter(inputs["tokens"], inputs["logits_at"],
+                    jnp.where(inputs["weights"], sampled, inputs["targets"]))
     disc = self._apply(params, "discriminator", fake, inputs, k_disc,
                        deterministic)
     return {"generator": gen["logits"], "scores": disc["logits"],
@@ -71,8 +83,7 @@ class Electra(common.Scheme):
 
   def score(self, params, inputs, outputs, rng, deterministic):
     return {
-        "mlm": common.token_sums(outputs["generator"], inputs["tokens"],
-                                 inputs["mask"]),
+        "mlm": mlm_lib.masked_sums(outputs["generator"], inputs),
         "rtd": common.binary_sums(outputs["scores"], outputs["replaced"],
                                   inputs["doc_ids"] > 0)}
 

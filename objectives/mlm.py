@@ -3,7 +3,10 @@
 
 A fresh mask every step (RoBERTa's dynamic masking): the noise comes from
 the step's rng inside jit. Noised positions become [MASK] 80%, a random
-piece 10%, or stay 10%; the loss covers the noised positions only.
+piece 10%, or stay 10%; the loss covers the noised positions only, so the
+MLM head runs only there (`gather_predictions`): K = `prediction_budget`
+static slots per row instead of all T, which skips most of the V x D
+vocabulary projection and its gradient.
 """
 
 import jax
@@ -37,7 +40,8 @@ def mask_tokens(rng, batch, specials, rate=0.15, mask_rate=0.8,
       `phrase_ids` > 0, single pieces elsewhere).
 
   Returns:
-    ([B, L] int32 corrupted tokens, [B, L] bool noised positions).
+    ([B, L] int32 corrupted tokens, [B, L] bool noised positions), at most
+    `common.prediction_budget(rate, L)` noised positions per row.
   """
   if unit not in UNITS:
     raise ValueError(f"unknown masking unit {unit!r}; units: {UNITS}")
@@ -57,6 +61,29 @@ def mask_tokens(rng, batch, specials, rate=0.15, mask_rate=0.8,
   return out, mask
 
 
+def gather_predictions(inputs, rate):
+  """Adds the K prediction slots of `inputs["mask"]` to the inputs.
+
+  Args:
+    inputs: dict with [B, T] int32 `tokens` (the targets) and [B, T] bool
+      `mask` (noised positions, from `mask_tokens` at `rate`).
+    rate: the masking rate, for K = `common.prediction_budget(rate, T)`.
+
+  Returns:
+    `inputs` plus `logits_at` [B, K] int32 positions, `targets` [B, K]
+    int32 and `weights` [B, K] bool (False on filler slots).
+  """
+  k = common.prediction_budget(rate, inputs["mask"].shape[-1])
+  at, weights = common.prediction_positions(inputs["mask"], k)
+  targets = jnp.take_along_axis(inputs["tokens"], at, axis=-1)
+  return dict(inputs, logits_at=at, targets=targets, weights=weights)
+
+
+def masked_sums(logits, inputs):
+  """Token sums of MLM logits [B, K, V] at the slots of `gather_predictions`."""
+  return common.token_sums(logits, inputs["targets"], inputs["weights"])
+
+
 class MaskedLM(common.Scheme):
   """BERT's masked LM on any encoder family."""
   name = "mlm"
@@ -71,17 +98,18 @@ class MaskedLM(common.Scheme):
 
   def corrupt(self, batch, rng):
     tokens, mask = mask_tokens(rng, batch, self.specials, **self.options)
-    return dict(batch, inputs=tokens, mask=mask)
+    return gather_predictions(dict(batch, inputs=tokens, mask=mask),
+                              self.options["rate"])
 
   def model_inputs(self, inputs):
     doc = inputs["doc_ids"]
     return (inputs["inputs"],), {
         "segment_ids": doc,
-        "positions": transforms.positions_from_segments(doc)}
+        "positions": transforms.positions_from_segments(doc),
+        "logits_at": inputs["logits_at"]}
 
   def score(self, params, inputs, outputs, rng, deterministic):
-    return {"mlm": common.token_sums(outputs["logits"], inputs["tokens"],
-                                     inputs["mask"])}
+    return {"mlm": masked_sums(outputs["logits"], inputs)}
 
 
 class WholeWordLM(MaskedLM):

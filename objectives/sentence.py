@@ -91,12 +91,14 @@ class SentencePair(common.Scheme):
     tokens, mask = mlm_lib.mask_tokens(k_mlm, pair, self.specials, **opts)
     if not self.options["mlm_weight"]:
       tokens, mask = pair["tokens"], jnp.zeros_like(mask)
-    return dict(pair, inputs=tokens, mask=mask)
+    return mlm_lib.gather_predictions(dict(pair, inputs=tokens, mask=mask),
+                                      opts["rate"])
 
   def model_inputs(self, inputs):
     kw = {"segment_ids": inputs["segment_ids"]}
     if self.token_types:
       kw["token_types"] = inputs["token_types"]
+    kw["logits_at"] = inputs["logits_at"]
     return (inputs["inputs"],), kw
 
   def _pooled(self, outputs):
@@ -113,8 +115,7 @@ class SentencePair(common.Scheme):
     parts = {"sentence": common.token_sums(
         logits[:, None], label[:, None], jnp.ones_like(label[:, None]))}
     if self.options["mlm_weight"]:
-      parts["mlm"] = common.token_sums(outputs["logits"], inputs["tokens"],
-                                       inputs["mask"])
+      parts["mlm"] = mlm_lib.masked_sums(outputs["logits"], inputs)
     return parts
 
 

@@ -85,3 +85,40 @@ def check(obj, batch, steps=30, lr=1e-2, uniform=True):
   assert out["finite"], "non-finite gradient"
   assert out["last"] < 0.5 * out["first"], (out["first"], out["last"])
   return out
+
+
+def full_logits_sums(obj, params, batch, rng, deterministic=False):
+  """MLM sums of `obj.loss` recomputed from logits at every position.
+
+  The reference for schemes whose head runs only at gathered positions
+  (`logits_at`): the same corruption, dropout and params, the head over
+  all T positions, and the loss weighted by the noise mask.
+
+  Args:
+    obj: a scheme with the `mlm.gather_predictions` inputs.
+    params: unboxed params.
+    batch: the contract dict.
+    rng: the key `obj.loss` gets.
+    deterministic: as for `obj.loss`.
+
+  Returns:
+    `common.token_sums` of the full [B, T, V] logits (float32 scalars).
+  """
+  k_noise, k_drop, _ = jax.random.split(rng, 3)
+  inputs = obj.corrupt(common.as_batch(batch), k_noise)
+  args, kw = obj.model_inputs(inputs)
+  kw = {k: v for k, v in kw.items() if k != "logits_at"}
+  out = obj.apply(params, *args, rng=k_drop, deterministic=deterministic,
+                  **kw)
+  return common.token_sums(out["logits"], inputs["tokens"], inputs["mask"])
+
+
+def assert_gathered_loss_matches(obj, batch, part="", rng=jax.random.key(3)):
+  """`obj.loss`'s MLM sums equal `full_logits_sums` to float rounding."""
+  params = common.nn.meta.unbox(jax.jit(obj.init)(jax.random.key(0), batch))
+  _, got = jax.jit(obj.loss)(params, batch, rng)
+  want = jax.jit(full_logits_sums, static_argnums=0)(obj, params, batch, rng)
+  assert float(want["weight_sum"]) > 0
+  for key in ("loss_sum", "weight_sum", "correct_sum"):
+    np.testing.assert_allclose(float(got[part + key]), float(want[key]),
+                               rtol=2e-6, err_msg=key)

@@ -41,18 +41,19 @@ class UniLM(common.Scheme):
     prefix = segments.prefix_split(k_split, batch, self.specials)
     opts = {k: v for k, v in self.options.items() if k != "mode_probs"}
     tokens, mask = mlm_lib.mask_tokens(k_mask, batch, self.specials, **opts)
-    return dict(batch, inputs=tokens, mask=mask, modes=modes, prefix=prefix)
+    inputs = dict(batch, inputs=tokens, mask=mask, modes=modes, prefix=prefix)
+    return mlm_lib.gather_predictions(inputs, opts["rate"])
 
   def model_inputs(self, inputs):
     doc = inputs["doc_ids"]
     return (inputs["inputs"],), {
         "segment_ids": doc,
         "positions": transforms.positions_from_segments(doc),
-        "mask": segments.unilm_attention(inputs["modes"], inputs["prefix"])}
+        "mask": segments.unilm_attention(inputs["modes"], inputs["prefix"]),
+        "logits_at": inputs["logits_at"]}
 
   def score(self, params, inputs, outputs, rng, deterministic):
-    return {"mlm": common.token_sums(outputs["logits"], inputs["tokens"],
-                                     inputs["mask"])}
+    return {"mlm": mlm_lib.masked_sums(outputs["logits"], inputs)}
 
 
 @register("unilm")

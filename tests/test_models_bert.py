@@ -70,3 +70,20 @@ def test_unknown_size_and_field_are_refused():
     models.make("bert", "huge")
   with pytest.raises(ValueError, match="hidden_size"):
     models.make("bert", "tiny", hidden_size=3)
+
+
+@pytest.mark.parametrize("family,args", [
+    ("bert", {}), ("albert", {}), ("distilbert", {}), ("unilm", {}),
+    ("electra", {"role": "generator"})])
+def test_logits_at_equals_full_logits_gathered(family, args):
+  _, model = models.make(family, "tiny", num_layers=1, **args)
+  x = mc.tokens()
+  variables = mc.init(model, x)
+  at = jnp.array([[3, 0, 7], [15, 15, 1], [2, 9, 4], [12, 5, 0]], jnp.int32)
+  fwd = jax.jit(lambda v, x, at: model.apply(v, x, logits_at=at)["logits"])
+  full, some = fwd(variables, x, None), fwd(variables, x, at)
+  assert some.shape == (4, 3, full.shape[-1])
+  want = np.take_along_axis(np.asarray(full), np.asarray(at)[..., None], 1)
+  np.testing.assert_allclose(some, want, rtol=1e-5, atol=1e-6)
+  with pytest.raises(ValueError, match="logits_at"):
+    model.apply(variables, x, logits_at=at[:2])

@@ -41,3 +41,23 @@ def test_replacements_are_sampled_at_masked_positions_only():
 def test_electra_needs_a_pair():
   with pytest.raises(ValueError, match="Pair"):
     testing.build("electra", "bert")
+
+
+def test_generator_loss_at_gathered_slots_equals_full_logits():
+  batch = testing.tiny_batch()
+  obj = testing.build("electra", "electra", model_args={"dropout_rate": 0.1})
+  params = common.nn.meta.unbox(jax.jit(obj.init)(jax.random.key(0), batch))
+  rng = jax.random.key(3)
+  _, got = jax.jit(obj.loss)(params, batch, rng)
+  k_noise, k_drop, _ = jax.random.split(rng, 3)
+  inputs = obj.corrupt(common.as_batch(batch), k_noise)
+  gen = obj.pair.apply(
+      {"params": params["model"]}, inputs["inputs"], method="generator",
+      segment_ids=inputs["doc_ids"], positions=inputs["positions"],
+      deterministic=False,
+      rngs={"dropout": jax.random.split(k_drop, 3)[0]})
+  want = common.token_sums(gen["logits"], inputs["tokens"], inputs["mask"])
+  assert float(want["weight_sum"]) > 0
+  for key in ("loss_sum", "weight_sum", "correct_sum"):
+    np.testing.assert_allclose(float(got["mlm_" + key]), float(want[key]),
+                               rtol=2e-6, err_msg=key)

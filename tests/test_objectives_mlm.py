@@ -5,6 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from objectives import common
+from objectives import mlm
 from objectives import noise
 from objectives import span_mlm
 from objectives import testing
@@ -91,3 +93,41 @@ def test_span_mlm_with_sbo_trains():
   testing.assert_near_uniform(m["mlm_loss_sum"] / m["mlm_weight_sum"])
   testing.assert_near_uniform(m["sbo_loss_sum"] / m["sbo_weight_sum"])
   assert m["sbo_weight_sum"] == m["mlm_weight_sum"] > 0
+
+
+@pytest.mark.parametrize("name,family", [("mlm", "bert"),
+                                         ("phrase_mlm", "albert"),
+                                         ("wwm", "distilbert")])
+def test_gathered_head_loss_equals_full_logits_loss(name, family):
+  obj = testing.build(name, family, model_args={"dropout_rate": 0.1})
+  testing.assert_gathered_loss_matches(obj, testing.tiny_batch())
+
+
+def _dense_rows(length, rows=4, word=3):
+  """Rows of ordinary pieces only, so every position is eligible."""
+  t = np.arange(rows * length).reshape(rows, length) % 400 + SP.first_regular
+  words = np.arange(length)[None, :] // word + 1
+  return {"tokens": jnp.asarray(t, jnp.int32),
+          "word_ids": jnp.asarray(np.broadcast_to(words, t.shape), jnp.int32),
+          "phrase_ids": jnp.zeros(t.shape, jnp.int32)}
+
+
+@pytest.mark.parametrize("unit", ["token", "word"])
+def test_prediction_budget_bounds_every_mask(unit):
+  for length in (1, 128, 203):
+    batch = _dense_rows(length)
+    for rate in (0.01, 0.15, 0.5, 0.99):
+      k = common.prediction_budget(rate, length)
+      _, mask = mlm.mask_tokens(jax.random.key(length), batch, SP, rate=rate,
+                                unit=unit)
+      most = int(np.asarray(mask).sum(-1).max())
+      assert most <= k <= length, (length, rate, most, k)
+      if unit == "token":  # iid masks fill their budget: the bound is tight
+        assert most >= k - 2, (length, rate, most, k)
+
+
+def test_prediction_positions_put_noised_first():
+  mask = jnp.array([[0, 1, 0, 1, 1, 0], [0, 0, 0, 0, 0, 0]], bool)
+  at, ok = common.prediction_positions(mask, 4)
+  np.testing.assert_array_equal(np.asarray(at), [[1, 3, 4, 0], [0, 1, 2, 3]])
+  np.testing.assert_array_equal(np.asarray(ok), [[1, 1, 1, 0], [0, 0, 0, 0]])

@@ -76,3 +76,9 @@ def test_trains(name, mlm_weight):
     testing.assert_near_uniform(m["mlm_loss_sum"] / m["mlm_weight_sum"])
   else:
     assert "mlm_loss_sum" not in m
+
+
+def test_pair_mlm_gathered_head_loss_equals_full_logits_loss():
+  obj = testing.build("nsp", "bert", model_args={"dropout_rate": 0.1})
+  testing.assert_gathered_loss_matches(obj, testing.tiny_batch(),
+                                       part="mlm_")

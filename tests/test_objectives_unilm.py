@@ -69,3 +69,8 @@ def test_quick_thought_trains():
   assert m["next_weight_sum"] == m["previous_weight_sum"] == pairs > 0
   assert m["weight_sum"] == 2 * pairs
   assert math.isfinite(out["first"])
+
+
+def test_unilm_gathered_head_loss_equals_full_logits_loss():
+  obj = testing.build("unilm", "unilm", model_args={"dropout_rate": 0.1})
+  testing.assert_gathered_loss_matches(obj, testing.tiny_batch())

@@ -88,25 +88,48 @@ def _sample_arrays(spec: Spec, max_len: int) -> dict:
   return {"tokens": one + 7, "token_types": one}
 
 
+_INIT_OPTIONS = {"xla_backend_optimization_level": 0,
+                 "xla_llvm_disable_expensive_passes": True}
+
+
 def run_once(fn, *args):
   """`jax.jit(fn)(*args)` compiled without backend optimizations.
 
-  Init runs once per call, and at optimization level 0 XLA compiles it
-  several times faster (init's random ops dominate compile time).
+  For a function that runs once (an init): at optimization level 0 XLA
+  compiles it several times faster (random ops dominate compile time).
   """
-  compiled = jax.jit(fn).lower(*args).compile(
-      compiler_options={"xla_backend_optimization_level": 0,
-                        "xla_llvm_disable_expensive_passes": True})
+  compiled = jax.jit(fn).lower(*args).compile(compiler_options=_INIT_OPTIONS)
   return compiled(*args)
 
 
-def _init_backbone(spec: Spec, sample: dict, rng):
-  """Fresh (unboxed) params of the backbone."""
+def _fresh_backbone(spec: Spec, sample: dict, rng):
+  """Fresh (unboxed) params of the backbone (traced inside `_fresh`)."""
   model = models.get(spec.family).Model(spec.config)
   keys = ("enc_tokens", "dec_tokens") if spec.interface == "encdec" else (
       "tokens",)
   args = [sample[k] for k in keys]
-  return nn.meta.unbox(run_once(lambda r: model.init(r, *args), rng)["params"])
+  return nn.meta.unbox(model.init(rng, *args)["params"])
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1),
+                   compiler_options=_INIT_OPTIONS)
+def _fresh(spec: Spec, max_len: int, rng) -> dict:
+  """Fresh {"backbone", "head"} params ("head" only for encoder tasks).
+
+  Compiled once per spec and length (init's random ops compile several
+  times faster without backend optimisation), then reused by every seed.
+  """
+  rng_backbone, rng_head = jax.random.split(rng)
+  sample = _sample_arrays(spec, max_len)
+  backbone = _fresh_backbone(spec, sample, rng_backbone)
+  if spec.text_to_text:
+    return {"backbone": backbone}
+  batch = dict(sample, answer_mask=sample["tokens"] > 0)
+  outputs = finetune_lib.backbone_outputs(spec, backbone, batch,
+                                          deterministic=True)
+  head = finetune_lib.task_head(spec).init(
+      rng_head, outputs, batch["tokens"] > 0, batch["answer_mask"])
+  return {"backbone": backbone, "head": nn.meta.unbox(head["params"])}
 
 
 def load_backbone(fresh, given):
@@ -137,24 +160,12 @@ def load_backbone(fresh, given):
   return traverse_util.unflatten_dict(out)
 
 
-def init_params(spec: Spec, backbone_params, sample: dict, rng):
+def init_params(spec: Spec, backbone_params, max_len: int, rng):
   """{"backbone", "head"} params: loaded (or fresh) backbone, fresh head."""
-  rng_backbone, rng_head = jax.random.split(rng)
-  fresh = _init_backbone(spec, sample, rng_backbone)
-  backbone = fresh if backbone_params is None else load_backbone(
-      fresh, backbone_params)
-  if spec.text_to_text:
-    return {"backbone": backbone}
-  batch = dict(sample, answer_mask=sample["tokens"] > 0)
-  outputs = jax.eval_shape(lambda p: finetune_lib.backbone_outputs(
-      spec, p, batch, deterministic=True), backbone)
-  outputs = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype),
-                                   outputs)
-  head = finetune_lib.task_head(spec)
-  head_params = run_once(lambda r: head.init(
-      r, outputs, batch["tokens"] > 0, batch["answer_mask"]), rng_head)
-  return {"backbone": backbone,
-          "head": nn.meta.unbox(head_params["params"])}
+  fresh = _fresh(spec, max_len, rng)
+  if backbone_params is not None:
+    fresh["backbone"] = load_backbone(fresh["backbone"], backbone_params)
+  return fresh
 
 
 def make_spec(family: str, config, task, *, mode: str = "full",
@@ -165,9 +176,12 @@ def make_spec(family: str, config, task, *, mode: str = "full",
   if mode == "adapters" and not config.adapter_dim:
     config = dataclasses.replace(config, adapter_dim=adapter_dim)
   warmup = max(1, steps // 10) if warmup_steps is None else warmup_steps
-  return Spec(family, config, finetune_lib.interface_of(family, config),
-              task.kind, mode, len(task.labels), steps, lr, warmup,
-              weight_decay)
+  interface = finetune_lib.interface_of(family, config)
+  # Text-to-text runs have no head: without a label count in the spec,
+  # every task of a family shares one compiled step.
+  labels = 0 if interface in ("encdec", "decoder") else len(task.labels)
+  return Spec(family, config, interface, task.kind, mode, labels, steps, lr,
+              warmup, weight_decay)
 
 
 def _arrays(spec: Spec, task, examples, tokenizer, lengths: dict) -> dict:
@@ -314,13 +328,13 @@ def finetune(family: str, config, params, task, tokenizer, *,
                    warmup_steps=warmup_steps, weight_decay=weight_decay,
                    adapter_dim=adapter_dim)
   _check(spec, tokenizer, max_len)
-  lengths = {"inputs": max_len, "targets": finetune_data.target_len(
-      task.train, tokenizer, max_target_len)}
+  # Targets pad to the cap (greedy decoding stops at eos anyway), so the
+  # compiled train and generate steps do not depend on the task.
+  lengths = {"inputs": max_len, "targets": max_target_len}
   if spec.interface == "decoder" and lengths["targets"] >= max_len - 1:
     raise ValueError(f"max_len {max_len} leaves no room for a prompt before "
                      f"{lengths['targets']} target ids")
-  sample = _sample_arrays(spec, max_len)
-  state = init_params(spec, params, sample, jax.random.key(seed))
+  state = init_params(spec, params, max_len, jax.random.key(seed))
   arrays = _train_arrays(spec, task, tokenizer, lengths)
   state, losses = _train(spec, state, arrays, batch_size, seed)
   metrics = {"train/loss": float(np.mean(losses[-max(1, steps // 10):]))}

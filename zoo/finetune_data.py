@@ -215,12 +215,6 @@ def decoder_arrays(examples: list[dict], tokenizer, *, prompt_len: int,
           "prompt": left}
 
 
-def target_len(examples: list[dict], tokenizer, cap: int) -> int:
-  """Longest target in pieces plus eos, at most `cap`."""
-  ids = tokenizer.encode_batch([ex["targets"] for ex in examples])
-  return min(cap, max(len(y) for y in ids) + 1)
-
-
 def head_scores(task, examples: list[dict], arrays: dict, outputs: dict,
                 tokenizer) -> dict[str, float]:
   """The task's metric of a head's predictions.

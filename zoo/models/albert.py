@@ -70,13 +70,14 @@ class Model(nn.Module):
   def __call__(self, tokens: Array, *, segment_ids: Array | None = None,
                token_types: Array | None = None,
                positions: Array | None = None, mask: Array | None = None,
-               deterministic: bool = True,
-               return_logits: bool = True) -> dict[str, Array]:
+               deterministic: bool = True, return_logits: bool = True,
+               logits_at: Array | None = None) -> dict[str, Array]:
     """Encodes tokens; arguments as `bert.Model.__call__`.
 
     Returns:
       "hidden" [B, T, D], "layers" L+1 x [B, T, D] (projected embeddings
-      first), "logits" [B, T, V], "pooled" [B, D], "sop_logits" [B, 2].
+      first), "logits" [B, T, V] ([B, K, V] at `logits_at`), "pooled"
+      [B, D], "sop_logits" [B, 2].
     """
     c = self.config
     attn_mask = bert.encoder_mask(tokens, c.pad_id, segment_ids, mask)
@@ -86,7 +87,8 @@ class Model(nn.Module):
     h, hs = self.encoder(x, attn_mask, deterministic=deterministic)
     out = {"hidden": h, "layers": (x,) + hs}
     if return_logits:
-      out["logits"] = self.mlm(h, self.embeddings)
+      out["logits"] = self.mlm(bert.gather_positions(h, logits_at),
+                               self.embeddings)
     if c.pooler:
       out["pooled"] = jnp.tanh(self.pooler(h[:, 0]))
       if c.nsp_head:

@@ -97,7 +97,7 @@ class Stack(nn.Module):
                          axes=("positions", "embed"), name="position")
     x = x + table(positions + c.position_offset)
     x = layers.LayerNorm(c.norm_eps, name="embed_norm")(x)
-    x = nn.Dropout(c.dropout_rate)(x, deterministic=deterministic)
+    x = layers.Dropout(c.dropout_rate)(x, deterministic=deterministic)
     n = (c.num_decoder_layers or c.num_layers) if self.decoder else (
         c.num_layers)
     h, hs = blocks.Stack(c.block(self.decoder), n, scan=c.scan_layers,

@@ -94,6 +94,17 @@ def encoder_mask(tokens: Array, pad_id: int, segment_ids: Array | None,
   return layers.combine_masks(layers.segment_mask(segment_ids), mask)
 
 
+def gather_positions(x: Array, at: Array | None) -> Array:
+  """x [B, T, ...] at positions at [B, K] int -> [B, K, ...]; None = all."""
+  if at is None:
+    return x
+  if at.ndim != 2 or at.shape[0] != x.shape[0]:
+    raise ValueError(f"logits_at {at.shape} must be [B, K] with B = "
+                     f"{x.shape[0]}")
+  return jnp.take_along_axis(x, at.reshape(at.shape + (1,) * (x.ndim - 2)),
+                             axis=1)
+
+
 def default_positions(tokens: Array, positions: Array | None) -> Array:
   """positions, or [B, T] int32 arange(T) per row when None."""
   if positions is not None:
@@ -131,7 +142,7 @@ class Embeddings(nn.Module):
       self.token_type = layers.Embed(self.type_vocab_size, self.features,
                                      axes=("classes", "embed"))
     self.norm = layers.LayerNorm(self.norm_eps)
-    self.dropout = nn.Dropout(self.dropout_rate)
+    self.dropout = layers.Dropout(self.dropout_rate)
 
   def __call__(self, tokens: Array, positions: Array,
                token_types: Array | None, deterministic: bool) -> Array:
@@ -198,8 +209,8 @@ class Model(nn.Module):
   def __call__(self, tokens: Array, *, segment_ids: Array | None = None,
                token_types: Array | None = None,
                positions: Array | None = None, mask: Array | None = None,
-               deterministic: bool = True,
-               return_logits: bool = True) -> dict[str, Array]:
+               deterministic: bool = True, return_logits: bool = True,
+               logits_at: Array | None = None) -> dict[str, Array]:
     """Encodes tokens.
 
     Args:
@@ -211,10 +222,13 @@ class Model(nn.Module):
       mask: [B, T, T] bool, AND-ed with the segment mask.
       deterministic: no dropout when True.
       return_logits: compute the MLM logits.
+      logits_at: [B, K] int32 positions: the MLM head runs on the hidden
+        states there only, and "logits" is [B, K, V]. A masked LM predicts
+        ~15% of the tokens, so this skips most of the V x D projection.
 
     Returns:
       "hidden" [B, T, D], "layers" L+1 x [B, T, D] (embeddings first),
-      "logits" [B, T, V] (if return_logits), "pooled" [B, D] and
+      "logits" [B, T, V] or [B, K, V] (if return_logits), "pooled" [B, D] and
       "nsp_logits" [B, 2] (if the config has them); all float32.
     """
     c = self.config
@@ -224,7 +238,8 @@ class Model(nn.Module):
     h, hs = self.encoder(x, attn_mask, deterministic=deterministic)
     out = {"hidden": h, "layers": (x,) + hs}
     if return_logits:
-      out["logits"] = self.mlm(h, self.embeddings)
+      out["logits"] = self.mlm(gather_positions(h, logits_at),
+                               self.embeddings)
     if c.pooler:
       out["pooled"] = jnp.tanh(self.pooler(h[:, 0]))
       if c.nsp_head:

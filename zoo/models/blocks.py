@@ -59,7 +59,7 @@ class Block(nn.Module):
     c = self.config
     norm = layers.make_norm(c.norm, c.norm_eps, name=f"{name}_norm")
     h = fn(norm(x) if c.pre_norm else x)
-    h = nn.Dropout(c.dropout_rate)(h, deterministic=deterministic)
+    h = layers.Dropout(c.dropout_rate)(h, deterministic=deterministic)
     if c.adapter_dim:
       h = layers.Adapter(c.adapter_dim, c.dtype, name=adapter)(h)
     return x + h if c.pre_norm else norm(x + h)

@@ -73,8 +73,13 @@ class Network(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, embed: bert.Embeddings, mask: Array,
-               deterministic: bool, return_logits: bool) -> dict[str, Array]:
-    """x [B, T, E] embeddings, mask [B, T, T] -> the encoder dict."""
+               deterministic: bool, return_logits: bool,
+               logits_at: Array | None = None) -> dict[str, Array]:
+    """x [B, T, E] embeddings, mask [B, T, T] -> the encoder dict.
+
+    logits_at [B, K] int32 runs the role's head at those positions only
+    ("logits" [B, K, V] or [B, K]); None = every position.
+    """
     c = self.config
     if c.role not in ("discriminator", "generator"):
       raise ValueError(f"ELECTRA role must be 'discriminator' or "
@@ -86,6 +91,7 @@ class Network(nn.Module):
                          remat=c.remat, name="encoder")(
                              x, mask, deterministic=deterministic)
     out = {"hidden": h, "layers": (x,) + hs}
+    h = bert.gather_positions(h, logits_at)
     if return_logits and c.role == "generator":
       out["logits"] = bert.MlmHead(c.embedding_dim, "gelu", c.norm_eps,
                                    c.dtype, name="mlm")(h, embed)
@@ -118,20 +124,20 @@ class Model(nn.Module):
   def __call__(self, tokens: Array, *, segment_ids: Array | None = None,
                token_types: Array | None = None,
                positions: Array | None = None, mask: Array | None = None,
-               deterministic: bool = True,
-               return_logits: bool = True) -> dict[str, Array]:
+               deterministic: bool = True, return_logits: bool = True,
+               logits_at: Array | None = None) -> dict[str, Array]:
     """Encodes tokens; arguments as `bert.Model.__call__`.
 
     Returns:
       "hidden" [B, T, D], "layers" L+1 x [B, T, D] (projected embeddings
       first), and "logits": [B, T] replaced-token scores (discriminator) or
-      [B, T, V] MLM logits (generator).
+      [B, T, V] MLM logits (generator); K for T at `logits_at`.
     """
     attn_mask, pos = _inputs(self.config, tokens, segment_ids, positions,
                              mask)
     x = self.embeddings(tokens, pos, token_types, deterministic)
     return self.body(x, self.embeddings, attn_mask, deterministic,
-                     return_logits)
+                     return_logits, logits_at)
 
 
 class Pair(nn.Module):
@@ -152,18 +158,21 @@ class Pair(nn.Module):
     self.discriminator_body = Network(c)
 
   def _run(self, body, tokens, segment_ids, token_types, positions, mask,
-           deterministic, return_logits):
+           deterministic, return_logits, logits_at=None):
     attn_mask, pos = _inputs(self.config, tokens, segment_ids, positions,
                              mask)
     x = self.embeddings(tokens, pos, token_types, deterministic)
-    return body(x, self.embeddings, attn_mask, deterministic, return_logits)
+    return body(x, self.embeddings, attn_mask, deterministic, return_logits,
+                logits_at)
 
   def generator(self, tokens: Array, *, segment_ids=None, token_types=None,
                 positions=None, mask=None, deterministic: bool = True,
-                return_logits: bool = True) -> dict[str, Array]:
-    """The generator on tokens [B, T]; "logits" [B, T, V]."""
+                return_logits: bool = True,
+                logits_at: Array | None = None) -> dict[str, Array]:
+    """The generator on tokens [B, T]; "logits" [B, T, V] (or [B, K, V])."""
     return self._run(self.generator_body, tokens, segment_ids, token_types,
-                     positions, mask, deterministic, return_logits)
+                     positions, mask, deterministic, return_logits,
+                     logits_at)
 
   def discriminator(self, tokens: Array, *, segment_ids=None,
                     token_types=None, positions=None, mask=None,

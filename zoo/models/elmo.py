@@ -286,7 +286,7 @@ class Model(nn.Module):
     """
     cfg = self.config
     layers = [jnp.concatenate([x, x], axis=-1)]
-    drop = nn.Dropout(cfg.dropout_rate)
+    drop = layers_lib.Dropout(cfg.dropout_rate)
     fwd = bwd = drop(x, deterministic=deterministic)
     lstm_cls = nn.remat(LSTM) if cfg.remat else LSTM
     kw = dict(cells=cfg.lstm_dim, proj_dim=cfg.embed_dim,

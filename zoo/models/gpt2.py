@@ -79,7 +79,7 @@ class Model(nn.Module):
     self.token = layers.Embed(c.vocab_size, c.embed_dim, dtype=c.dtype)
     self.position = layers.Embed(c.max_len, c.embed_dim,
                                  axes=("positions", "embed"))
-    self.dropout = nn.Dropout(c.dropout_rate)
+    self.dropout = layers.Dropout(c.dropout_rate)
     self.decoder = blocks.Stack(c.block(), c.num_layers, scan=c.scan_layers,
                                 remat=c.remat)
     self.final_norm = layers.LayerNorm(c.norm_eps)

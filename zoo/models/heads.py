@@ -132,7 +132,7 @@ class SequenceClassifier(nn.Module):
     if self.pre_dense:
       x = jnp.tanh(layers.Dense(x.shape[-1], ("embed", "mlp"),
                                 dtype=self.dtype, name="pre_dense")(x))
-    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    x = layers.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     return layers.Dense(self.num_classes, ("embed", "classes"),
                         dtype=self.dtype, name="out")(x)
 
@@ -191,7 +191,7 @@ class TokenTagger(nn.Module):
     elif self.kind != "linear":
       raise ValueError(f"unknown tagger kind {self.kind!r}; use 'linear' or "
                        "'bilstm'")
-    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    x = layers.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     return layers.Dense(self.num_tags, ("embed", "classes"), dtype=self.dtype,
                         name="out")(x)
 

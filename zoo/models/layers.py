@@ -32,6 +32,8 @@ from zoo.models.masks import key_padding_mask  # pylint: disable=unused-import
 from zoo.models.masks import prefix_lm_mask  # pylint: disable=unused-import
 from zoo.models.masks import segment_mask  # pylint: disable=unused-import
 from zoo.models.masks import seq2seq_mask  # pylint: disable=unused-import
+# Every model's dropout: a counter-hash mask, far cheaper than threefry.
+from zoo.models.dropout import Dropout  # pylint: disable=unused-import
 
 Array = jax.Array
 Initializer = Callable[..., Array]
@@ -338,7 +340,7 @@ class MultiHeadAttention(nn.Module):
     q, k, v = proj("query")(x), proj("key")(kv), proj("value")(kv)
     dropout = None
     if self.dropout_rate > 0 and not deterministic:
-      dropout = nn.Dropout(self.dropout_rate, deterministic=False)
+      dropout = Dropout(self.dropout_rate, deterministic=False)
     out = attention(q, k, v, mask=mask, bias=bias, scale=self.scale,
                     dtype=self.dtype, impl=self.impl, dropout=dropout)
     return Dense(self.out_features or x.shape[-1], ("heads", "kv", "embed"),
@@ -397,7 +399,7 @@ class Mlp(nn.Module):
            * dense(self.mlp_dim, ("embed", "mlp"), "wi_1")(x))
     else:
       h = act(dense(self.mlp_dim, ("embed", "mlp"), "wi")(x))
-    h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
+    h = Dropout(self.dropout_rate)(h, deterministic=deterministic)
     return dense(x.shape[-1], ("mlp", "embed"), "wo")(h)
 
 

@@ -108,7 +108,7 @@ class Stack(nn.Module):
     bias = layers.RelativePositionBias(
         c.num_heads, c.relpos_buckets, c.relpos_max_distance,
         bidirectional=not self.decoder, name="relpos")(positions, positions)
-    drop = nn.Dropout(c.dropout_rate)
+    drop = layers.Dropout(c.dropout_rate)
     x = drop(x, deterministic=deterministic)
     n = (c.num_decoder_layers or c.num_layers) if self.decoder else c.num_layers
     h, hs = blocks.Stack(c.block(self.decoder), n, scan=c.scan_layers,

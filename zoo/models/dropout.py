@@ -1,0 +1,80 @@
+"""Dropout whose mask costs a few integer ops per element.
+
+`flax.linen.Dropout` draws its mask with threefry, which XLA's CPU backend
+runs as a rolled loop at about 11 ns per element; the attention-probability
+masks of a BERT-base step (~37M elements) then cost a tenth of the step.
+Here one threefry call draws two 32-bit seed words per module call, and
+each element's keep bit comes from a counter hash: the element's flat
+index, mixed with the seeds by two rounds of a 32-bit avalanche mixer,
+compared against `rate * 2**32`. That is one fused elementwise op, ~20x
+faster on CPU, partitions like any elementwise op (the counter is the
+global index, so every mesh draws the same mask), and its statistics are
+those dropout needs: each element is kept with probability 1 - rate
+(to 2**-32), independently across elements and across keys.
+"""
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+
+
+def _mix32(x: Array) -> Array:
+  """A 32-bit avalanche mixer (xor-shift-multiply); uint32 -> uint32."""
+  x = x ^ (x >> 16)
+  x = x * jnp.uint32(0x7FEB352D)
+  x = x ^ (x >> 15)
+  x = x * jnp.uint32(0x846CA68B)
+  return x ^ (x >> 16)
+
+
+def keep_mask(key: Array, rate: float, shape: tuple[int, ...]) -> Array:
+  """A bool mask of `shape`, True with probability `1 - rate` per element.
+
+  Args:
+    key: a jax random key (any implementation).
+    rate: drop probability in [0, 1).
+    shape: the mask's shape (fewer than 2**32 elements).
+
+  Returns:
+    bool array of `shape`.
+  """
+  size = math.prod(shape)
+  if size >= 2**32:
+    raise ValueError(f"dropout over {size} elements needs a 64-bit counter; "
+                     "split the tensor (at most 2**32 - 1 elements)")
+  seeds = jax.random.bits(key, (2,), jnp.uint32)
+  counter = jax.lax.iota(jnp.uint32, size).reshape(shape)
+  bits = _mix32(_mix32(counter ^ seeds[0]) + seeds[1])
+  threshold = np.uint32(min(round(rate * 2.0**32), 2**32 - 1))
+  return bits >= threshold
+
+
+class Dropout(nn.Module):
+  """Inverted dropout with the counter-hash mask (same face as flax's).
+
+  Attributes:
+    rate: drop probability.
+    deterministic: default of the call's `deterministic`.
+    rng_collection: the rng stream the mask key comes from.
+  """
+  rate: float
+  deterministic: bool | None = None
+  rng_collection: str = "dropout"
+
+  @nn.compact
+  def __call__(self, x: Array, deterministic: bool | None = None) -> Array:
+    """x [...] -> x with elements zeroed at `rate` and the rest scaled."""
+    deterministic = nn.merge_param("deterministic", self.deterministic,
+                                   deterministic)
+    if deterministic or self.rate == 0.0:
+      return x
+    if self.rate >= 1.0:
+      return jnp.zeros_like(x)
+    keep = keep_mask(self.make_rng(self.rng_collection), self.rate, x.shape)
+    scale = jnp.asarray(1.0 / (1.0 - self.rate), x.dtype)
+    return jnp.where(keep, x * scale, jnp.zeros((), x.dtype))
