@@ -12,6 +12,7 @@ import data
 from data.tasks import Task
 from zoo import finetune
 from zoo import finetune_data
+from zoo import finetune_lib
 from zoo import models
 
 ANIMALS = "cat dog horse cow sheep goat mouse bird".split()
@@ -187,6 +188,7 @@ def test_span_head_scores_decoded_answers(tok):
 
 def test_decoder_generates_labels_after_a_separator(tok, topic):
   metrics, state = _run(tok, topic, "gpt2", None, "full", max_len=24,
+                        max_target_len=8,
                         config=_config(tok, "gpt2", dropout_rate=0.0))
   assert metrics["validation/accuracy"] > 80
   assert "head" not in state.params
@@ -290,6 +292,20 @@ def test_encdec_learns_several_piece_labels_from_scratch(tok):
                         config=_config(tok, "t5", dropout_rate=0.0))
   assert metrics["validation/accuracy"] > 90
   assert np.mean(state.losses[-5:]) < 0.2
+
+
+def test_text_to_text_tasks_share_one_compiled_step(tok, topic):
+  """Label sets and target lengths differ; the jitted step does not."""
+  keyword = _task("kw", "class", "accuracy", QUESTION_TYPES,
+                  _keyword_examples)
+  config = _config(tok, "t5")
+  kw = dict(steps=2, splits=(), max_target_len=8, config=config)
+  _run(tok, topic, "t5", None, "full", **kw)
+  compiled = finetune_lib.train_step._cache_size()
+  _run(tok, keyword, "t5", None, "full", **kw)
+  assert finetune_lib.train_step._cache_size() == compiled
+  other = finetune.make_spec("t5", config, keyword, steps=2)
+  assert other == finetune.make_spec("t5", config, topic, steps=2)
 
 
 def test_text_scores_map_exact_label_strings_only(topic):

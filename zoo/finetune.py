@@ -333,7 +333,8 @@ def finetune(family: str, config, params, task, tokenizer, *,
   lengths = {"inputs": max_len, "targets": max_target_len}
   if spec.interface == "decoder" and lengths["targets"] >= max_len - 1:
     raise ValueError(f"max_len {max_len} leaves no room for a prompt before "
-                     f"{lengths['targets']} target ids")
+                     f"{lengths['targets']} target ids (max_target_len); "
+                     "raise max_len or lower max_target_len")
   state = init_params(spec, params, max_len, jax.random.key(seed))
   arrays = _train_arrays(spec, task, tokenizer, lengths)
   state, losses = _train(spec, state, arrays, batch_size, seed)

@@ -45,4 +45,4 @@ def get_config(arg: str | None = None):
   cells = [("no_pretraining", "", "bert", "")]
   cells += [(name, name, family_of(name), "") for name in objectives.names()]
   return demo.grid(cells, pretrain_steps=int(args.get("steps", 150)),
-                   finetune_steps=int(args.get("ft_steps", 80)))
+                   finetune_steps=int(args.get("ft_steps", demo.FT_STEPS)))

@@ -1,7 +1,7 @@
 """The rows of the T5 paper's Tables 4 to 7, at small scale.
 
     python -m zoo.compare --config configs/compare/t5_tables.py --workdir DIR
-    python -m zoo.compare --config configs/compare/t5_tables.py:tiny ...
+    python -m zoo.compare --config configs/compare/t5_tables.py:steps=1000 ...
 
 `PUBLISHED` holds the paper's own figures (Raffel et al. 2020, "Exploring
 the Limits of Transfer Learning with a Unified Text-to-Text Transformer"):
@@ -73,7 +73,7 @@ def cells() -> list[dict]:
 
 
 def get_config(arg: str | None = None):
-  """The grid; `arg` "tiny" shrinks it to a smoke run (steps, seeds)."""
+  """The grid; `arg` takes the demo's `steps=N` and `ft_steps=N`."""
   g = demo.get_config(arg)
   g.cells = cells()
   g.published = PUBLISHED

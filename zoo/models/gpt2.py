@@ -117,3 +117,16 @@ class Model(nn.Module):
     if return_logits:
       out["logits"] = self.token.attend(h)
     return out
+
+
+def output_table(params) -> Array:
+  """The [V, D] float32 token table the LM logits are tied to.
+
+  With it an objective can compute the loss from "hidden" (call with
+  `return_logits=False`) by a fused cross-entropy
+  (`zoo.models.losses.chunked_token_sums`) instead of [B, T, V] logits.
+
+  Args:
+    params: unboxed `Model` params.
+  """
+  return params["token"]["embedding"]
