@@ -237,6 +237,25 @@ def test_bad_requests_name_the_problem(tok, topic):
   wrong = {"backbone": jax.numpy.zeros(3)}
   with pytest.raises(ValueError, match="lack"):
     finetune.finetune("bert", _config(tok), wrong, topic, tok, steps=1)
+  with pytest.raises(ValueError, match="unknown pooling 'max'"):
+    finetune.finetune("bert", _config(tok), None, topic, tok, pool="max")
+
+
+def test_pooling_defaults_per_family_and_can_be_chosen(tok, topic):
+  auto = finetune.make_spec("bert", _config(tok), topic)
+  assert auto.pool == "cls"
+  assert finetune.make_spec("gpt2", _config(tok, "gpt2"), topic).pool == "mean"
+  mean = finetune.make_spec("bert", _config(tok), topic, pool="mean")
+  assert mean.pool == "mean"
+  params = finetune.init_params(auto, None, 16, jax.random.key(0))
+  batch = {"tokens": np.asarray([[4, 9, 10, 11, 0, 0]] * 2, np.int32),
+           "token_types": np.zeros((2, 6), np.int32)}
+  batch["tokens"][1, 1] = 12  # rows differ after the first position only
+  by_cls = finetune_lib.head_forward(auto, params, batch, deterministic=True)
+  by_mean = finetune_lib.head_forward(mean, params, batch,
+                                      deterministic=True)
+  assert not np.allclose(by_mean[0], by_mean[1], atol=1e-6)
+  assert not np.allclose(np.asarray(by_cls), np.asarray(by_mean))
 
 
 QUESTION_TYPES = ["ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"]

@@ -171,7 +171,7 @@ def init_params(spec: Spec, backbone_params, max_len: int, rng):
 def make_spec(family: str, config, task, *, mode: str = "full",
               steps: int = 100, lr: float = 1e-4,
               warmup_steps: int | None = None, weight_decay: float = 0.01,
-              adapter_dim: int = 16) -> Spec:
+              adapter_dim: int = 16, pool: str = "auto") -> Spec:
   """The `Spec` of fine-tuning `family` under `config` on `task`."""
   if mode == "adapters" and not config.adapter_dim:
     config = dataclasses.replace(config, adapter_dim=adapter_dim)
@@ -181,7 +181,8 @@ def make_spec(family: str, config, task, *, mode: str = "full",
   # every task of a family shares one compiled step.
   labels = 0 if interface in ("encdec", "decoder") else len(task.labels)
   return Spec(family, config, interface, task.kind, mode, labels, steps, lr,
-              warmup, weight_decay)
+              warmup, weight_decay,
+              pool=finetune_lib.resolve_pool(family, pool))
 
 
 def _arrays(spec: Spec, task, examples, tokenizer, lengths: dict) -> dict:
@@ -294,6 +295,7 @@ def finetune(family: str, config, params, task, tokenizer, *,
              batch_size: int = 16, lr: float = 1e-4, max_len: int = 128,
              max_target_len: int = 32, warmup_steps: int | None = None,
              weight_decay: float = 0.01, adapter_dim: int = 16,
+             pool: str = "auto",
              splits: tuple[str, ...] = ("validation", "test"),
              eval_limit: int | None = None, beams: int = 0,
              return_state: bool = False):
@@ -315,6 +317,10 @@ def finetune(family: str, config, params, task, tokenizer, *,
       target of decoder rows.
     max_target_len: cap on generated/teacher-forced target ids (with eos).
     adapter_dim: adapter bottleneck width in "adapters" mode.
+    pool: sequence summary of class, pair and regression heads: "cls",
+      "mean", or "auto" (cls for BERT-like encoders, mean for T5's encoder,
+      ELMo and GPT-2). Without NSP the [cls] state of a briefly pre-trained
+      encoder carries little, so short comparisons favour "mean".
     splits: the evaluation splits.
     eval_limit: score only the first this many examples of each split.
     beams: >1 decodes encoder-decoders with beam search.
@@ -326,7 +332,7 @@ def finetune(family: str, config, params, task, tokenizer, *,
   """
   spec = make_spec(family, config, task, mode=mode, steps=steps, lr=lr,
                    warmup_steps=warmup_steps, weight_decay=weight_decay,
-                   adapter_dim=adapter_dim)
+                   adapter_dim=adapter_dim, pool=pool)
   _check(spec, tokenizer, max_len)
   # Targets pad to the cap (greedy decoding stops at eos anyway), so the
   # compiled train and generate steps do not depend on the task.

@@ -26,6 +26,17 @@ MODES = ("full", "frozen", "adapters", "scalar_mix")
 HEAD_KINDS = ("class", "pair", "regression", "tags", "span")
 # Backbones whose first position is no summary token: pool by mean.
 _MEAN_POOL = ("t5", "elmo", "gpt2")
+POOLS = ("auto", "cls", "mean")
+
+
+def resolve_pool(family: str, pool: str) -> str:
+  """"cls" or "mean": `pool`, or for "auto" the family's natural summary
+  (its first token where pre-training gives it one, else the mean)."""
+  if pool not in POOLS:
+    raise ValueError(f"unknown pooling {pool!r}; use one of {POOLS}")
+  if pool == "auto":
+    return "mean" if family in _MEAN_POOL else "cls"
+  return pool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +52,8 @@ class Spec:
     num_labels: C (classes or tags); 0 otherwise.
     steps, lr, warmup_steps, weight_decay, clip_norm: the AdamW recipe.
     head_dropout: dropout inside the head.
+    pool: how class, pair and regression heads summarise the sequence:
+      "cls" (first position) or "mean" (over non-pad positions).
   """
   family: str
   config: Any
@@ -54,6 +67,7 @@ class Spec:
   weight_decay: float = 0.01
   clip_norm: float = 1.0
   head_dropout: float = 0.1
+  pool: str = "cls"
 
   @property
   def text_to_text(self) -> bool:
@@ -116,8 +130,8 @@ class TaskHead(nn.Module):
 def task_head(spec: Spec) -> TaskHead:
   """The `TaskHead` of a spec."""
   mix = spec.num_states if spec.mode == "scalar_mix" else 0
-  pool = "mean" if spec.family in _MEAN_POOL else "cls"
-  return TaskHead(spec.kind, spec.num_labels, pool, mix, spec.head_dropout)
+  return TaskHead(spec.kind, spec.num_labels, spec.pool, mix,
+                  spec.head_dropout)
 
 
 def backbone_outputs(spec: Spec, params, batch: dict, *, deterministic: bool,

@@ -7,6 +7,12 @@ Every cell pre-trains a tiny model on the embedded sample corpus for the
 same token budget (`steps * batch_size * seq_len`), then each is
 fine-tuned with one recipe on three classification tasks, three seeds each,
 next to a randomly initialised BERT ("no pre-training", as in T5's Table 1).
+
+The recipe: full fine-tuning, 300 AdamW steps of 16 rows at lr 2e-3, inputs
+cut to 64 pieces, encoders read by a mean-pooled head (the [cls] state of an
+encoder pre-trained without NSP carries little after a short run), and
+encoder-decoders and decoders generate the label word (at most 8 pieces),
+scored on the first 100 validation examples.
 """
 
 import ml_collections
@@ -51,7 +57,8 @@ def recipe(steps: int = FT_STEPS) -> ml_collections.ConfigDict:
   """The one fine-tuning recipe (keyword arguments of `finetune`)."""
   return ml_collections.ConfigDict(dict(
       mode="full", steps=steps, batch_size=16, lr=2e-3, max_len=64,
-      max_target_len=8, eval_limit=100, splits=("validation",)))
+      max_target_len=8, pool="mean", eval_limit=100,
+      splits=("validation",)))
 
 
 def grid(cells, tasks=TASKS, seeds=SEEDS, pretrain_steps: int = 150,
