@@ -327,6 +327,28 @@ def test_text_to_text_tasks_share_one_compiled_step(tok, topic):
   assert other == finetune.make_spec("t5", config, topic, steps=2)
 
 
+def test_decoder_loss_at_target_positions_equals_full_logits_loss(tok):
+  task = _task("kw", "class", "accuracy", QUESTION_TYPES, _keyword_examples)
+  config = _config(tok, "gpt2", dropout_rate=0.0, attention_dropout_rate=0.0)
+  spec = finetune.make_spec("gpt2", config, task)
+  arrays = finetune_data.decoder_arrays(task.train[:6], tok, prompt_len=12,
+                                        targets_len=6)
+  at = arrays["target_pos"]
+  weights = arrays["weights"]
+  assert weights.sum() == np.take_along_axis(weights, at, 1).sum()
+  params = finetune.init_params(spec, None, 18, jax.random.key(0))
+  batch = {k: v for k, v in arrays.items() if k != "prompt"}
+  loss = finetune_lib.text_loss(spec, params, batch, jax.random.key(1))
+  model = models.get("gpt2").Model(config)
+  logits = model.apply({"params": params["backbone"]}, arrays["tokens"],
+                       segment_ids=arrays["segment_ids"])["logits"]
+  logp = jax.nn.log_softmax(np.asarray(logits, np.float64))
+  nll = -np.take_along_axis(np.asarray(logp), arrays["targets"][..., None],
+                            -1)[..., 0]
+  full = (nll * weights).sum() / weights.sum()
+  np.testing.assert_allclose(float(loss), full, rtol=1e-5)
+
+
 def test_text_scores_map_exact_label_strings_only(topic):
   examples = topic.validation[:20]
   gold = [ex["targets"] for ex in examples]

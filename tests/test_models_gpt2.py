@@ -32,3 +32,16 @@ def test_future_tokens_and_other_documents_are_invisible():
   np.testing.assert_allclose(moved[0, :6], base[0, :6], atol=1e-6)
   assert np.abs(moved[0, 6:10] - base[0, 6:10]).max() > 1e-4
   np.testing.assert_allclose(moved[0, 10:], base[0, 10:], atol=1e-6)
+
+
+def test_logits_at_positions_equal_the_full_logits_there():
+  _, model = models.make("gpt2", "tiny")
+  x = mc.tokens()
+  variables = mc.init(model, x)
+  full = model.apply(variables, x)["logits"]
+  at = np.array([[0, 3, 3], [15, 1, 2], [7, 8, 9], [4, 0, 11]], np.int32)
+  some = model.apply(variables, x, logits_at=at)["logits"]
+  chex.assert_shape(some, (4, 3, full.shape[-1]))
+  np.testing.assert_allclose(
+      some, np.take_along_axis(np.asarray(full), at[..., None], 1),
+      atol=1e-5)

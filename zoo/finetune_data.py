@@ -195,7 +195,9 @@ def decoder_arrays(examples: list[dict], tokenizer, *, prompt_len: int,
     "segment_ids" int32 [N,P+T] (1 on real ids), "targets" int32 [N,P+T]
     (the next id), "weights" float32 [N,P+T] (1 where the next id is a
     target piece or the closing eos), "prompt" int32 [N,P] (left-padded
-    `inputs [sep]`, for generation).
+    `inputs [sep]`, for generation), "target_pos" int32 [N,T] (the
+    positions whose next id is a target piece or eos, then padding ones,
+    all < P+T: the only positions the loss needs logits at).
   """
   ids = Ids.of(tokenizer)
   prompts = _prompts(examples, tokenizer, ids, prompt_len)
@@ -212,7 +214,10 @@ def decoder_arrays(examples: list[dict], tokenizer, *, prompt_len: int,
           "segment_ids": _fill([[1] * len(r) for r in rows], length, 0),
           "targets": _fill(nxt, length, ids.pad),
           "weights": _fill(weights, length, 0).astype(np.float32),
-          "prompt": left}
+          "prompt": left,
+          "target_pos": np.asarray([len(p) - 1 + np.arange(targets_len)
+                                    for p in prompts], np.int32).reshape(
+                                        len(prompts), targets_len)}
 
 
 def head_scores(task, examples: list[dict], arrays: dict, outputs: dict,

@@ -199,11 +199,15 @@ def text_loss(spec: Spec, params, batch: dict, rng) -> jax.Array:
   if spec.interface == "encdec":
     logits = model.apply(variables, batch["enc_tokens"], batch["dec_tokens"],
                          deterministic=False, rngs=rngs)["logits"]
-  else:
+    targets, weights = batch["targets"], batch["weights"]
+  else:  # logits at the K target positions only, not all P+K
+    at = batch["target_pos"]
     logits = model.apply(variables, batch["tokens"],
-                         segment_ids=batch["segment_ids"],
+                         segment_ids=batch["segment_ids"], logits_at=at,
                          deterministic=False, rngs=rngs)["logits"]
-  total, count = _xent(logits, batch["targets"], batch["weights"])
+    targets = jnp.take_along_axis(batch["targets"], at, axis=1)
+    weights = jnp.take_along_axis(batch["weights"], at, axis=1)
+  total, count = _xent(logits, targets, weights)
   return total / jnp.maximum(count, 1.0)
 
 

@@ -86,8 +86,8 @@ class Model(nn.Module):
 
   def __call__(self, tokens: Array, *, segment_ids: Array | None = None,
                positions: Array | None = None, mask: Array | None = None,
-               deterministic: bool = True,
-               return_logits: bool = True) -> dict[str, Array]:
+               deterministic: bool = True, return_logits: bool = True,
+               logits_at: Array | None = None) -> dict[str, Array]:
     """Runs the decoder.
 
     Args:
@@ -98,11 +98,14 @@ class Model(nn.Module):
       mask: [B, T, T] bool, AND-ed with the causal and segment masks.
       deterministic: no dropout when True.
       return_logits: compute the LM logits.
+      logits_at: [B, K] int32 positions: logits there only ([B, K, V]),
+        e.g. the target positions of a prompted row.
 
     Returns:
       "hidden" [B, T, D] (after the final LayerNorm), "layers" L+1 x
       [B, T, D] (embeddings, then each block's output before the final
-      norm), "logits" [B, T, V] (if return_logits); all float32.
+      norm), "logits" [B, T, V] or [B, K, V] (if return_logits); all
+      float32.
     """
     c = self.config
     attn_mask = layers.combine_masks(
@@ -115,18 +118,6 @@ class Model(nn.Module):
     h = self.final_norm(h)
     out = {"hidden": h, "layers": (x,) + hs}
     if return_logits:
-      out["logits"] = self.token.attend(h)
+      out["logits"] = self.token.attend(bert.gather_positions(h, logits_at))
     return out
 
-
-def output_table(params) -> Array:
-  """The [V, D] float32 token table the LM logits are tied to.
-
-  With it an objective can compute the loss from "hidden" (call with
-  `return_logits=False`) by a fused cross-entropy
-  (`zoo.models.losses.chunked_token_sums`) instead of [B, T, V] logits.
-
-  Args:
-    params: unboxed `Model` params.
-  """
-  return params["token"]["embedding"]
