@@ -12,10 +12,6 @@ from objectives import noise
 from objectives import register
 from objectives import segments
 from objectives import transforms
-from zoo import models
-from zoo.models import losses
-
-FUSED_CHUNK = 256  # tokens per chunk of the fused cross-entropy
 
 
 def doc_inputs(batch):
@@ -25,19 +21,10 @@ def doc_inputs(batch):
 
 
 class CausalLM(common.Scheme):
-  """Next-token prediction. Encoder families run with a causal mask.
-
-  A family whose logits are its token table transposed (`output_table`,
-  GPT-2) gets the fused cross-entropy of `zoo.models.losses` on "hidden",
-  never the [B, T, V] logits.
-  """
+  """Next-token prediction. Encoder families run with a causal mask."""
   name = "clm"
   interfaces = ("decoder", "encoder")
   model_overrides = {"nsp_head": False}
-
-  def setup(self):
-    self.output_table = getattr(models.get(self.family), "output_table",
-                                None)
 
   def corrupt(self, batch, rng):
     return batch
@@ -49,19 +36,10 @@ class CausalLM(common.Scheme):
       kw["mask"] = segments.causal_mask(t)[None]
     return (inputs["tokens"],), kw
 
-  def run(self, params, inputs, rng, deterministic):
-    args, kw = self.model_inputs(inputs)
-    return self.apply(params, *args, rng=rng, deterministic=deterministic,
-                      return_logits=self.output_table is None, **kw)
-
   def score(self, params, inputs, outputs, rng, deterministic):
     targets, weights = common.next_token_targets(inputs["tokens"],
                                                  inputs["doc_ids"])
-    if self.output_table is None:
-      return {"lm": common.token_sums(outputs["logits"], targets, weights)}
-    return {"lm": losses.chunked_token_sums(
-        outputs["hidden"], self.output_table(params["model"]), targets,
-        weights, dtype=self.config.dtype, chunk=FUSED_CHUNK)}
+    return {"lm": common.token_sums(outputs["logits"], targets, weights)}
 
 
 class PrefixLM(common.Scheme):

@@ -209,3 +209,12 @@ def test_shared_stack_and_cross_attention_block():
   chex.assert_shape(cross.apply(variables, x, encoded=enc), (2, 5, 8))
   with pytest.raises(ValueError, match="encoded"):
     cross.apply(variables, x)
+
+
+def test_grad_barrier_is_the_identity_in_both_passes():
+  x = jax.random.normal(KEY, (2, 3, 4))
+  w = jnp.arange(24.0).reshape(2, 3, 4)
+  f = lambda x: (jnp.sin(blocks.grad_barrier(x)) * w).sum()
+  np.testing.assert_array_equal(jax.jit(blocks.grad_barrier)(x), x)
+  np.testing.assert_allclose(jax.jit(jax.grad(f))(x), jnp.cos(x) * w,
+                             rtol=1e-6)

@@ -71,3 +71,17 @@ def test_bad_shapes_raise():
     losses.chunked_token_sums(hidden, table, targets[:, :2], weights)
   with pytest.raises(ValueError, match="chunk must be"):
     losses.chunked_token_sums(hidden, table, targets, weights, chunk=0)
+
+
+def test_grads_without_bias_match_dense():
+  hidden, table, _, targets, weights = _inputs(3)
+  def chunked(h, t):
+    return losses.chunked_token_sums(h, t, targets, weights,
+                                     chunk=6)["loss_sum"]
+  def dense(h, t):
+    return _dense(h, t, jnp.zeros((V,)), targets, weights)["loss_sum"]
+  got = jax.grad(chunked, argnums=(0, 1))(hidden, table)
+  want = jax.grad(dense, argnums=(0, 1))(hidden, table)
+  for g, w in zip(got, want):
+    assert float(jnp.abs(w).max()) > 0
+    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)

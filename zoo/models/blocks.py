@@ -126,6 +126,30 @@ class _ScanBody(nn.Module):
     return y, y
 
 
+@jax.custom_vjp
+def grad_barrier(x: Array) -> Array:
+  """Identity whose gradient is materialised before it flows on.
+
+  The residual stream's gradient is a long chain of elementwise adds
+  across blocks; unbroken, XLA on CPU fuses the whole chain, dropout masks
+  included, into every consumer and recomputes it per layer (quadratic in
+  L: a quarter of a GPT-2-small step). One buffer per block boundary keeps
+  it linear. x [B, T, D] -> x.
+  """
+  return x
+
+
+def _barrier_fwd(x):
+  return x, None
+
+
+def _barrier_bwd(_, g):
+  return (jax.lax.optimization_barrier(g),)
+
+
+grad_barrier.defvjp(_barrier_fwd, _barrier_bwd)
+
+
 class Stack(nn.Module):
   """L blocks applied in turn; returns the final and every layer's states.
 
@@ -162,7 +186,7 @@ class Stack(nn.Module):
     for i in range(self.num_layers):
       block = shared or block_cls(self.config, name=f"layer_{i}")
       x = block(x, *args, deterministic)
-      x = nn.with_logical_constraint(x, ACTIVATION_AXES)
+      x = grad_barrier(nn.with_logical_constraint(x, ACTIVATION_AXES))
       outs.append(x)
     return x, tuple(outs)
 
