@@ -115,6 +115,18 @@ def names() -> list[str]:
   return sorted(_REGISTRY)
 
 
+def aliases() -> dict[str, str]:
+  """Alias -> scheme: names registered for a factory an earlier name has."""
+  _load_all()
+  first, out = {}, {}
+  for name, factory in _REGISTRY.items():
+    if factory in first:
+      out[name] = first[factory]
+    else:
+      first[factory] = name
+  return out
+
+
 def build(name: str, model: str, size: str, specials: Specials,
           **options) -> Objective:
   """Binds scheme `name` to a model family and size."""

@@ -172,8 +172,10 @@ def _factory(cls):
   return factory
 
 
-for _cls in _SCHEMES:
-  register(_cls.name)(_factory(_cls))
+_FACTORIES = {cls.name: _factory(cls) for cls in _SCHEMES}
+for _name, _fn in _FACTORIES.items():
+  register(_name)(_fn)
 
-# `t5` names the paper's chosen objective, span corruption.
-register("t5")(_factory(SpanCorruption))
+# `t5` names the paper's chosen objective, span corruption (an alias: the
+# same factory, so `objectives.aliases()` maps it to t5_span).
+register("t5")(_FACTORIES[SpanCorruption.name])

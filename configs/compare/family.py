@@ -3,7 +3,8 @@
     python -m zoo.compare --config configs/compare/family.py --workdir DIR
 
 Same budget, data, tasks and recipe as the demo grid, with one cell per
-name in `objectives.names()` plus the no-pre-training baseline. A scheme
+scheme in `objectives.names()` (aliases skipped) plus the no-pre-training
+baseline. A scheme
 runs on the family its paper used (`PREFERRED`); a scheme registered later
 without an entry there gets the first family in `FALLBACK` it can bind to.
 """
@@ -43,6 +44,8 @@ def get_config(arg: str | None = None):
   """The grid; `arg` takes the demo's `steps=N` and `ft_steps=N`."""
   args = common.parse_arg(arg)
   cells = [("no_pretraining", "", "bert", "")]
-  cells += [(name, name, family_of(name), "") for name in objectives.names()]
+  aliases = objectives.aliases()  # e.g. "t5" is t5_span: one cell
+  cells += [(name, name, family_of(name), "") for name in objectives.names()
+            if name not in aliases]
   return demo.grid(cells, pretrain_steps=int(args.get("steps", 150)),
                    finetune_steps=int(args.get("ft_steps", demo.FT_STEPS)))
