@@ -5,7 +5,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from zoo import finetune
 from zoo import generate
 from zoo import models
 
@@ -23,8 +22,8 @@ def nets():
     model = models.get(family).Model(config)
     x = jnp.zeros((1, 8), jnp.int32) + 7
     args = (x,) if family == "gpt2" else (x, x[:, :G])
-    params = finetune.run_once(lambda r, a=args, m=model: m.init(r, *a),
-                               jax.random.key(3))["params"]
+    params = jax.jit(lambda r, a=args, m=model: m.init(r, *a))(
+        jax.random.key(3))["params"]
     out[family] = (model, config, params)
   return out
 

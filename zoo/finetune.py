@@ -92,16 +92,6 @@ _INIT_OPTIONS = {"xla_backend_optimization_level": 0,
                  "xla_llvm_disable_expensive_passes": True}
 
 
-def run_once(fn, *args):
-  """`jax.jit(fn)(*args)` compiled without backend optimizations.
-
-  For a function that runs once (an init): at optimization level 0 XLA
-  compiles it several times faster (random ops dominate compile time).
-  """
-  compiled = jax.jit(fn).lower(*args).compile(compiler_options=_INIT_OPTIONS)
-  return compiled(*args)
-
-
 def _fresh_backbone(spec: Spec, sample: dict, rng):
   """Fresh (unboxed) params of the backbone (traced inside `_fresh`)."""
   model = models.get(spec.family).Model(spec.config)
