@@ -121,7 +121,7 @@ def test_flops_estimate_charges_electra_and_bart_more_than_mlm():
   assert est["bart"]["flops_per_token"] > est["mlm"]["flops_per_token"]
   if "electra" in est:
     assert est["electra"]["params"] > 0
-  budget = 150 * 16 * 64
+  budget = demo.PRETRAIN_STEPS * 16 * 64
   assert est["mlm"]["flops_total"] == pytest.approx(
       est["mlm"]["flops_per_token"] * budget)
 

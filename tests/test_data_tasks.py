@@ -60,6 +60,18 @@ def test_every_label_occurs_in_every_split(loaded):
   assert 0.45 < np.mean([ex["label"] for ex in pairs]) < 0.55
 
 
+def test_split_prefixes_are_fair_samples(loaded):
+  """An `eval_limit` of 100 sees every label that makes up >= 5% of the
+  split (splits are hash-ordered, not grouped by label)."""
+  for name in ("rotten_tomatoes", "trec", "sms_spam", "movie_reply",
+               "bbc_topic"):
+    for split, examples in loaded[name].splits.items():
+      counts = collections.Counter(ex["label"] for ex in examples)
+      common = {k for k, n in counts.items() if n >= 0.05 * len(examples)}
+      head = {ex["label"] for ex in examples[:100]}
+      assert common <= head, (name, split, sorted(common - head))
+
+
 def test_splits_are_disjoint_and_deterministic(loaded):
   for name in ("rotten_tomatoes", "vader", "trec"):
     texts = {s: {ex["inputs"] for ex in v}

@@ -47,5 +47,6 @@ def get_config(arg: str | None = None):
   aliases = objectives.aliases()  # e.g. "t5" is t5_span: one cell
   cells += [(name, name, family_of(name), "") for name in objectives.names()
             if name not in aliases]
-  return demo.grid(cells, pretrain_steps=int(args.get("steps", 150)),
+  steps = int(args.get("steps", demo.PRETRAIN_STEPS))
+  return demo.grid(cells, pretrain_steps=steps,
                    finetune_steps=int(args.get("ft_steps", demo.FT_STEPS)))

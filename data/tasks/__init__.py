@@ -98,6 +98,14 @@ def stable_key(text: str) -> str:
   return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def hash_ordered(splits: dict[str, list[dict]],
+                 key: str) -> dict[str, list[dict]]:
+  """Each split ordered by the hash of `key`, so that any prefix of it (an
+  `eval_limit`) is a fair sample rather than one class's block."""
+  return {name: sorted(rows, key=lambda ex: stable_key(ex[key]))
+          for name, rows in splits.items()}
+
+
 def split_fixed(examples: list[dict], key: str, n_eval: int,
                 n_train: int | None = None) -> dict[str, list[dict]]:
   """Dedupes by `key`, orders by its hash, cuts test, validation, train.

@@ -5,7 +5,7 @@ import csv
 import random
 
 from data import sources
-from data.tasks import Task, register, split_fixed, stable_key
+from data.tasks import Task, hash_ordered, register, split_fixed, stable_key
 
 _N_EVAL = 500
 
@@ -75,7 +75,8 @@ def bbc_topic() -> Task:
     splits[a["split"]].append(dict(
         inputs=f"topic: {text}", targets=a["topic"], text=text,
         label=labels.index(a["topic"]), id=a["id"]))
-  return Task("bbc_topic", "class", "accuracy", labels, splits)
+  return Task("bbc_topic", "class", "accuracy", labels,
+              hash_ordered(splits, "id"))
 
 
 @register("vader")

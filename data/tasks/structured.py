@@ -4,7 +4,7 @@ import re
 
 from data import annotate
 from data import sources
-from data.tasks import Task, register
+from data.tasks import Task, hash_ordered, register
 
 _N_EVAL = 500
 _BLANK = "_____"
@@ -62,7 +62,7 @@ def bbc_cloze_qa() -> Task:
     ex = cloze(a)
     if ex:
       splits[a["split"]].append(ex)
-  return Task("bbc_cloze_qa", "span", "squad", [], splits)
+  return Task("bbc_cloze_qa", "span", "squad", [], hash_ordered(splits, "id"))
 
 
 @register("bbc_headline")
@@ -72,4 +72,5 @@ def bbc_headline() -> Task:
   for a in sources.bbc_articles():
     splits[a["split"]].append(dict(inputs=f"summarize: {a['body']}",
                                    targets=a["headline"], id=a["id"]))
-  return Task("bbc_headline", "seq2seq", "rouge", [], splits)
+  return Task("bbc_headline", "seq2seq", "rouge", [],
+              hash_ordered(splits, "id"))
