@@ -7,7 +7,9 @@ import subprocess
 import sys
 import time
 
+import jax
 import ml_collections
+import numpy as np
 import pytest
 
 import objectives
@@ -165,3 +167,30 @@ def test_shipped_grids_are_valid():
   assert objectives.aliases() == {"t5": "t5_span"}
   schemes = set(objectives.names()) - set(objectives.aliases())
   assert {c["objective"] for c in fam.cells} == schemes | {""}
+
+
+def test_every_family_cell_backbone_loads_for_finetuning():
+  """Each scheme's `backbone()` fits the model fine-tuning builds (shapes
+  only: params are zeros of the abstract init)."""
+  from zoo import finetune, train_lib  # pylint: disable=import-outside-toplevel
+  import data.tasks  # pylint: disable=import-outside-toplevel
+  grid = family.get_config()
+  specials = objectives.Specials(vocab_size=512)
+  task = data.tasks.load("trec")
+  for cell in compare_lib.parse_cells(grid):
+    if not cell.pretrained:
+      continue
+    config = compare_lib.cell_config(grid, cell)
+    objective = train_lib.build_objective(config, specials)
+    example = train_lib.example_batch(int(config.seq_len))
+    shapes = jax.eval_shape(objective.init, jax.random.key(0), example)
+    zeros = jax.tree_util.tree_map(lambda a: np.zeros(a.shape, a.dtype),
+                                   shapes)
+    name, model_config, params = objective.backbone(zeros)
+    spec = finetune.make_spec(name, model_config, task, steps=1)
+    fresh = jax.eval_shape(finetune._fresh, spec, 32, jax.random.key(0))
+    loaded = finetune.load_backbone(
+        jax.tree_util.tree_map(lambda a: np.zeros(a.shape, a.dtype),
+                               fresh["backbone"]), params)
+    assert (jax.tree_util.tree_structure(loaded) ==
+            jax.tree_util.tree_structure(fresh["backbone"])), cell.name

@@ -155,6 +155,29 @@ def test_nonfinite_loss_stops_naming_the_step(tmp_path, monkeypatch):
   assert np.isnan(rows[5]["step_loss"]) and np.isfinite(rows[6]["loss"])
 
 
+def test_guarded_update_applies_or_keeps_everything():
+  params = {"w": np.arange(6, dtype=np.float32).reshape(2, 3),
+            "b": np.ones(3, np.float32)}
+  grads = jax.tree_util.tree_map(lambda p: 0.1 * p + 0.5, params)
+  opt_cfg = toy.get_config().optimizer
+  opt_cfg.warmup_steps = 0  # a non-zero first update
+  tx = optim.make(opt_cfg, 10)
+  opt_state = tx.init(params)
+  updates, want_state = tx.update(grads, opt_state, params)
+  want = jax.tree_util.tree_map(lambda p, u: p + u, params, updates)
+  got, got_state = jax.jit(lib.guarded_update, static_argnums=0)(
+      tx, True, grads, params, opt_state)
+  for a, b in zip(jax.tree_util.tree_leaves((want, want_state)),
+                  jax.tree_util.tree_leaves((got, got_state))):
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+  kept, kept_state = jax.jit(lib.guarded_update, static_argnums=0)(
+      tx, False, grads, params, opt_state)
+  for a, b in zip(jax.tree_util.tree_leaves((params, opt_state)),
+                  jax.tree_util.tree_leaves((kept, kept_state))):
+    np.testing.assert_array_equal(a, b)
+  assert not np.allclose(want["w"], params["w"])
+
+
 @pytest.mark.parametrize("changes,words", [
     ({"batch_size": 12}, "microbatch of 12 rows (batch_size 12 / "
      "microbatches 1) is not divisible by the 8 batch shards"),

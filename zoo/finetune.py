@@ -98,7 +98,11 @@ def _fresh_backbone(spec: Spec, sample: dict, rng):
   keys = ("enc_tokens", "dec_tokens") if spec.interface == "encdec" else (
       "tokens",)
   args = [sample[k] for k in keys]
-  return nn.meta.unbox(model.init(rng, *args)["params"])
+  # Heads read hidden states: an encoder's pre-training heads (MLM, NSP)
+  # are neither built nor trained, so a backbone pre-trained without them
+  # (Quick-Thought) loads too, and one with them has them dropped.
+  kw = {"return_logits": False} if spec.interface == "encoder" else {}
+  return nn.meta.unbox(model.init(rng, *args, **kw)["params"])
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1),

@@ -187,6 +187,22 @@ def step_root(seed: int) -> jax.Array:
   return jax.random.split(jax.random.key(seed))[1]
 
 
+def guarded_update(tx, ok, grads, params, opt_state):
+  """`tx`'s update applied when `ok`, else params and state unchanged.
+
+  A `lax.cond` rather than a `where` over every leaf: the skip branch costs
+  nothing and the taken one updates the donated buffers in place (a
+  per-leaf select was a third of the AdamW time of a T5-small step).
+  """
+  def apply(args):
+    g, p, s = args
+    updates, s = tx.update(g, s, p)
+    return optax.apply_updates(p, updates), s
+
+  return jax.lax.cond(ok, apply, lambda args: (args[1], args[2]),
+                      (grads, params, opt_state))
+
+
 def make_train_step(objective, tx, config, setup: Setup, lr_fn):
   """The jitted, donated step `(state, batch) -> (state, metrics)`.
 
@@ -203,14 +219,12 @@ def make_train_step(objective, tx, config, setup: Setup, lr_fn):
         setup.rules)
     grad_norm = optax.tree.norm(grads)
     ok = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-    updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
-    params = optax.apply_updates(state["params"], updates)
-    keep = lambda new, old: jax.tree_util.tree_map(
-        lambda a, b: jnp.where(ok, a, b), new, old)
+    params, opt_state = guarded_update(tx, ok, grads, state["params"],
+                                       state["opt_state"])
     bad = jnp.where((state["bad_step"] < 0) & ~ok, state["step"] + 1,
                     state["bad_step"])
-    new = {"step": state["step"] + 1, "params": keep(params, state["params"]),
-           "opt_state": keep(opt_state, state["opt_state"]), "bad_step": bad}
+    new = {"step": state["step"] + 1, "params": params,
+           "opt_state": opt_state, "bad_step": bad}
     metrics = dict(metrics, step_loss=loss, grad_norm=grad_norm,
                    lr=lr_fn(state["step"]), steps=jnp.float32(1),
                    nonfinite=(~ok).astype(jnp.float32))
