@@ -14,7 +14,7 @@ import pytest
 
 import objectives
 from configs.compare import demo, family, smoke, t5_tables
-from zoo import compare_lib, report
+from zoo import compare_lib, models, report
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -187,6 +187,8 @@ def test_every_family_cell_backbone_loads_for_finetuning():
     zeros = jax.tree_util.tree_map(lambda a: np.zeros(a.shape, a.dtype),
                                    shapes)
     name, model_config, params = objective.backbone(zeros)
+    if name not in models.FAMILIES:  # tests/toy.py's scheme, when loaded
+      continue
     spec = finetune.make_spec(name, model_config, task, steps=1)
     fresh = jax.eval_shape(finetune._fresh, spec, 32, jax.random.key(0))
     loaded = finetune.load_backbone(
