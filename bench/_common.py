@@ -42,6 +42,34 @@ def median_seconds(fn: Callable[[], Any], steps: int, warmup: int) -> float:
   return statistics.median(times)
 
 
+def interleaved_medians(fns: dict[str, Callable[[], Any]], steps: int,
+                        warmup: int, settle: int = 1) -> dict[str, float]:
+  """Median wall seconds of each of `fns`, timed in alternating turns.
+
+  Every function first runs `warmup` times; then `steps` rounds give each
+  function a turn, in order: `settle` untimed calls, then one timed call.
+  On a shared machine whose speed drifts (another tenant's load), taking
+  turns keeps the drift out of the ratios between the functions. The
+  untimed calls absorb the cost of switching: the first step after the
+  other framework's step runs measurably slower (its allocator hands back
+  and re-faults memory the other side just touched).
+  """
+  if steps < 1:
+    raise ValueError(f"steps must be >= 1, got {steps}")
+  for fn in fns.values():
+    for _ in range(warmup):
+      fn()
+  times = {name: [] for name in fns}
+  for _ in range(steps):
+    for name, fn in fns.items():
+      for _ in range(settle):
+        fn()
+      start = time.perf_counter()
+      fn()
+      times[name].append(time.perf_counter() - start)
+  return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def matmul_peak(dtype_name: str, n: int = 2048, steps: int = 5) -> float:
   """Measured FLOP/s of one jitted n x n x n matmul in JAX.
 

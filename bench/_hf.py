@@ -6,7 +6,7 @@ vocabulary, activation, dropout), with random weights, and trained with
 """
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -88,22 +88,17 @@ def family_of(config) -> str:
   return family
 
 
-def time_step(name: str, mode: str, shapes: dict[str, Any], steps: int,
-              warmup: int, size: str | None = None) -> float:
-  """Median seconds of one training step of the reference model.
+def prepare_step(mode: str, shapes: dict[str, Any]) -> Callable[[], None]:
+  """One training step of the reference model, ready to time.
 
   Args:
-    name: the benchmark name (for messages only).
     mode: "float32", or "bfloat16" for `torch.autocast("cpu", bfloat16)`.
     shapes: from `_zoo.shapes_of`: the zoo Config, batch, lengths.
-    steps: timed steps.
-    warmup: untimed steps first.
-    size: unused; the Config in `shapes` already has the size.
 
   Returns:
-    Seconds per step.
+    `step_fn()`: forward, backward, clipping and AdamW on a fixed batch;
+    raises FloatingPointError on a non-finite loss.
   """
-  del name, size
   torch.set_num_threads(len(os.sched_getaffinity(0)))
   torch.manual_seed(0)
   family = family_of(shapes["config"])
@@ -123,4 +118,11 @@ def time_step(name: str, mode: str, shapes: dict[str, Any], steps: int,
     if not np.isfinite(loss.item()):
       raise FloatingPointError(f"reference loss is {loss.item()}")
 
-  return _common.median_seconds(one, steps, max(warmup, 1))
+  return one
+
+
+def time_step(mode: str, shapes: dict[str, Any], steps: int,
+              warmup: int) -> float:
+  """Median seconds of one reference training step (`prepare_step`'s)."""
+  return _common.median_seconds(prepare_step(mode, shapes), steps,
+                                max(warmup, 1))

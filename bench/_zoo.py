@@ -91,23 +91,22 @@ def shapes_of(objective, batch: int, seq_len: int) -> dict[str, Any]:
           "dec_len": target(seq_len) if callable(target) else seq_len}
 
 
-def time_step(name: str, dtype: str, batch: int, seq_len: int, steps: int,
-              warmup: int, size: str | None = None,
-              model_args: dict | None = None):
-  """Median seconds of one train step, its model FLOPs, and its shapes.
+def prepare_step(name: str, dtype: str, batch: int, seq_len: int,
+                 size: str | None = None, model_args: dict | None = None):
+  """One train step ready to time: `(step_fn, flops, shapes)`.
 
   Args:
     name: a key of `SPECS`.
     dtype: the model's compute dtype name.
     batch: B rows per step.
     seq_len: T.
-    steps: timed steps (median).
-    warmup: untimed steps first (the first compiles).
     size: overrides the spec's zoo size (e.g. "tiny" for a dry run).
     model_args: more model Config overrides (e.g. attention_impl).
 
   Returns:
-    `(seconds, flops, shapes)`.
+    `step_fn()` runs one donated step and blocks until it is done (the
+    first call compiles); `flops` its model FLOPs; `shapes` what the
+    reference needs to mirror it.
   """
   run = build(make_config(name, dtype, batch, seq_len, size, model_args))
   flops = model_flops(run)
@@ -117,5 +116,20 @@ def time_step(name: str, dtype: str, batch: int, seq_len: int, steps: int,
     holder["state"], metrics = run["step"](holder["state"], run["batch"])
     jax.block_until_ready(metrics)
 
-  seconds = _common.median_seconds(one, steps, max(warmup, 1))
-  return seconds, flops, shapes_of(run["objective"], batch, seq_len)
+  return one, flops, shapes_of(run["objective"], batch, seq_len)
+
+
+def time_step(name: str, dtype: str, batch: int, seq_len: int, steps: int,
+              warmup: int, size: str | None = None,
+              model_args: dict | None = None):
+  """Median seconds of one train step, its model FLOPs, and its shapes.
+
+  Arguments as `prepare_step`, plus `steps` timed steps (median) after
+  `warmup` untimed ones (at least one: the first compiles).
+
+  Returns:
+    `(seconds, flops, shapes)`.
+  """
+  one, flops, shapes = prepare_step(name, dtype, batch, seq_len, size,
+                                    model_args)
+  return _common.median_seconds(one, steps, max(warmup, 1)), flops, shapes

@@ -1,7 +1,7 @@
 """One full training step, the zoo against Hugging Face PyTorch, side by side.
 
     python bench/train_step.py [--models bert-base,gpt2-small,t5-small]
-        [--batch 8] [--seq_len 128] [--steps 5] [--warmup 2]
+        [--batch 8] [--seq_len 128] [--steps 5] [--warmup 2] [--settle 1]
         [--zoo_dtypes float32,bfloat16] [--hf_modes float32,bfloat16] [--no_hf]
 
 For each model: tokens/s of forward + backward + AdamW update of
@@ -11,7 +11,10 @@ For each model: tokens/s of forward + backward + AdamW update of
 - transformers' PyTorch model of the same configuration with
   `torch.optim.AdamW`, in float32 and under `torch.autocast("cpu",
   bfloat16)`.
-Both run with dropout on (training mode) and the same thread count.
+Both run with dropout on (training mode) and the same thread count. All
+runs of a model are compiled first, then they take turns (an untimed
+step, then a timed one, each; `--steps` rounds), so a drift in the
+machine's speed (a shared host) falls on both sides of every ratio.
 MFU divides model FLOPs (3 x XLA's count of the zoo's forward loss) by the
 measured matmul peak: f32 runs by the f32 peak, bf16 runs by the bf16 one.
 
@@ -41,6 +44,8 @@ def parse_args(argv):
   p.add_argument("--seq_len", type=int, default=128)
   p.add_argument("--steps", type=int, default=5)
   p.add_argument("--warmup", type=int, default=2)
+  p.add_argument("--settle", type=int, default=1,
+                 help="untimed steps at the start of each run's turn")
   p.add_argument("--zoo_dtypes", default="float32,bfloat16")
   p.add_argument("--size", default="",
                  help="override every model's size (e.g. tiny, for a dry run)")
@@ -72,25 +77,31 @@ def parse_args(argv):
 
 
 def run_model(name, args, peaks):
-  """Timings of one model: {"zoo_<dtype>": {...}, "hf_<mode>": {...}}."""
+  """Timings of one model: {"zoo_<dtype>": {...}, "hf_<mode>": {...}}.
+
+  Every run is built (and compiled) first; then their steps are timed in
+  alternation (`_common.interleaved_medians`), so the ratios compare steps
+  taken under the same machine load.
+  """
   tokens = args.batch * args.seq_len
-  out, flops = {}, None
+  fns, flops, shapes = {}, None, None
   for dtype in args.zoo_dtypes:
-    seconds, counted, shapes = _zoo.time_step(
-        name, dtype, args.batch, args.seq_len, args.steps, args.warmup,
-        size=args.size or None,
+    fns[f"zoo_{dtype}"], counted, shapes = _zoo.prepare_step(
+        name, dtype, args.batch, args.seq_len, size=args.size or None,
         model_args=_zoo.speed_args(name, args.attention_impl,
                                    args.scan_layers,
                                    not args.no_attention_dropout))
     # One FLOP count per model: the first dtype's (bf16 adds only casts).
     flops = flops or counted
-    out[f"zoo_{dtype}"] = _row(seconds, tokens, flops, peaks[dtype])
   if not args.no_hf:
     for mode in args.hf_modes:
-      seconds = _hf.time_step(name, mode, shapes, args.steps, args.warmup,
-                              size=args.size or None)
-      out[f"hf_{mode}"] = _row(seconds, tokens, flops, peaks[mode])
-  return out
+      fns[f"hf_{mode}"] = _hf.prepare_step(mode, shapes)
+  # A lone run has no turns to settle from.
+  settle = args.settle if len(fns) > 1 else 0
+  seconds = _common.interleaved_medians(fns, args.steps, max(args.warmup, 1),
+                                        settle=settle)
+  return {key: _row(s, tokens, flops,
+                    peaks[key.split("_", 1)[1]]) for key, s in seconds.items()}
 
 
 def _row(seconds, tokens, flops, peak):

@@ -88,3 +88,14 @@ def test_train_step_rejects_unknown_models_and_dtypes():
     train_step.parse_args(["--hf_modes", "float16"])
   args = train_step.parse_args(["--models", "t5-small", "--no_hf"])
   assert args.models == ["t5-small"] and args.no_hf
+
+
+def test_interleaved_medians_take_turns_after_warmup():
+  import _common  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  calls = []
+  fns = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+  medians = _common.interleaved_medians(fns, steps=2, warmup=1, settle=1)
+  assert calls == ["a", "b"] + ["a", "a", "b", "b"] * 2
+  assert set(medians) == {"a", "b"} and all(m >= 0 for m in medians.values())
+  with pytest.raises(ValueError, match="steps"):
+    _common.interleaved_medians(fns, steps=0, warmup=0)
