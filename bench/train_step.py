@@ -157,7 +157,35 @@ def main(argv=None):
     _common.emit_json("train_step", {
         "machine": info, "peaks_flops": peaks, "batch": args.batch,
         "seq_len": args.seq_len, "steps": args.steps, "results": results})
+  if results:
+    _final_peaks(args, info, peaks, results)
   print(ratio_line(results))
+
+
+def _final_peaks(args, info, peaks, results):
+  """Re-measures the matmul peak; MFU by the faster of the two measurements.
+
+  On a shared host the peak measured at the start can be low (another
+  tenant's load), which inflates every MFU; the best of two measurements,
+  minutes apart, is the closer denominator. Emits the final JSON record.
+  """
+  for dtype in ("float32", "bfloat16"):
+    again = _common.matmul_peak(dtype, args.peak_n)
+    info["measured_peaks_flops"][dtype] = max(
+        info["measured_peaks_flops"][dtype], again)
+    if not (dtype == "bfloat16" and args.peak_tflops > 0):
+      peaks[dtype] = max(peaks[dtype], again)
+  for rows in results.values():
+    for key, row in rows.items():
+      row["mfu"] = (row["model_tflops_per_step"] * 1e12 / row["step_s"]
+                    / peaks[key.split("_", 1)[1]])
+  print(f"matmul peak, best of start and end: f32="
+        f"{peaks['float32'] / 1e9:.0f} GFLOP/s; MFU: " + ", ".join(
+            f"{n} {k} {r['mfu']:.3f}" for n, rows in results.items()
+            for k, r in rows.items()), flush=True)
+  _common.emit_json("train_step", {
+      "machine": info, "peaks_flops": peaks, "batch": args.batch,
+      "seq_len": args.seq_len, "steps": args.steps, "results": results})
 
 
 if __name__ == "__main__":

@@ -126,30 +126,7 @@ class _ScanBody(nn.Module):
     return y, y
 
 
-@jax.custom_vjp
-def grad_barrier(x: Array) -> Array:
-  """Identity whose gradient is materialised before it flows on.
-
-  The residual stream's gradient is a long chain of elementwise adds
-  across blocks; unbroken, XLA on CPU fuses the whole chain, dropout masks
-  included, into every consumer and recomputes it per layer (quadratic in
-  L: a quarter of a GPT-2-small step). One buffer per block boundary keeps
-  it linear. x [B, T, D] -> x.
-  """
-  return x
-
-
-def _barrier_fwd(x):
-  return x, None
-
-
-def _barrier_bwd(_, g):
-  # XLA:CPU expands optimization barriers away before fusion; a reduction is
-  # never duplicated into its consumers, and g + 0 is exact.
-  return (jnp.stack([g, jnp.zeros_like(g)], -1).sum(-1),)
-
-
-grad_barrier.defvjp(_barrier_fwd, _barrier_bwd)
+grad_barrier = layers.grad_barrier
 
 
 class Stack(nn.Module):

@@ -367,6 +367,32 @@ def activation_fn(name: str) -> Callable[[Array], Array]:
   return ACTIVATIONS[base]
 
 
+@jax.custom_vjp
+def grad_barrier(x: Array) -> Array:
+  """Identity whose gradient is materialised before it flows on.
+
+  The residual stream's gradient is a long chain of elementwise adds
+  across blocks; unbroken, XLA on CPU fuses the whole chain, dropout masks
+  included, into every consumer and recomputes it per layer (quadratic in
+  L: a quarter of a GPT-2-small step). One buffer per block boundary keeps
+  it linear (`blocks.Stack`); gated MLPs use it too. x [...] -> x.
+  """
+  return x
+
+
+def _barrier_fwd(x):
+  return x, None
+
+
+def _barrier_bwd(_, g):
+  # XLA:CPU expands optimization barriers away before fusion; a reduction is
+  # never duplicated into its consumers, and g + 0 is exact.
+  return (jnp.stack([g, jnp.zeros_like(g)], -1).sum(-1),)
+
+
+grad_barrier.defvjp(_barrier_fwd, _barrier_bwd)
+
+
 class Mlp(nn.Module):
   """Position-wise feed-forward: D -> F -> D.
 
@@ -395,8 +421,13 @@ class Mlp(nn.Module):
         f, axes, use_bias=self.use_bias, dtype=self.dtype,
         kernel_init=self.kernel_init, name=name)
     if self.activation.startswith("gated_"):
-      h = (act(dense(self.mlp_dim, ("embed", "mlp"), "wi_0")(x))
-           * dense(self.mlp_dim, ("embed", "mlp"), "wi_1")(x))
+      # Each branch's gradient feeds its kernel's and the input's matmul;
+      # materialised once, it is not recomputed (activation derivative
+      # included) inside both (5-10% of a T5-small step on CPU). Ungated
+      # MLPs measured slower with it.
+      up = lambda name: grad_barrier(
+          dense(self.mlp_dim, ("embed", "mlp"), name)(x))
+      h = act(up("wi_0")) * up("wi_1")
     else:
       h = act(dense(self.mlp_dim, ("embed", "mlp"), "wi")(x))
     h = Dropout(self.dropout_rate)(h, deterministic=deterministic)
