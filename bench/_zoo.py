@@ -91,6 +91,16 @@ def shapes_of(objective, batch: int, seq_len: int) -> dict[str, Any]:
           "dec_len": target(seq_len) if callable(target) else seq_len}
 
 
+def reference_shapes(name: str, batch: int, seq_len: int,
+                     size: str | None = None,
+                     model_args: dict | None = None) -> dict[str, Any]:
+  """`shapes_of` the zoo run of `name`, without building params or a step."""
+  config = make_config(name, "float32", batch, seq_len, size, model_args)
+  loader = lib.build_loader(config, "train", batch, int(config.seed))
+  objective = lib.build_objective(config, lib.specials_of(config, loader))
+  return shapes_of(objective, batch, seq_len)
+
+
 def prepare_step(name: str, dtype: str, batch: int, seq_len: int,
                  size: str | None = None, model_args: dict | None = None):
   """One train step ready to time: `(step_fn, flops, shapes)`.

@@ -61,7 +61,9 @@ def train_step_section(r: dict) -> list[str]:
   peaks = r["peaks_flops"]
   out = [f"Training step (forward, backward, AdamW), batch {r['batch']} x "
          f"{r['seq_len']} tokens, median of {r['steps']} timed step(s) after "
-         f"warm-up. {machine_line(r['machine'])} Matmul peak: "
+         f"warm-up; a model's runs take turns (an untimed step, then a timed "
+         f"one). {machine_line(r['machine'])} Matmul peak (best of start "
+         f"and end): "
          f"{peaks['float32'] / 1e9:.0f} GFLOP/s f32, "
          f"{peaks['bfloat16'] / 1e9:.0f} GFLOP/s bf16 (f32 accumulation).", "",
          "| model | run | ms/step | tokens/s | MFU | best zoo / this |",

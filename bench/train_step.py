@@ -11,10 +11,11 @@ For each model: tokens/s of forward + backward + AdamW update of
 - transformers' PyTorch model of the same configuration with
   `torch.optim.AdamW`, in float32 and under `torch.autocast("cpu",
   bfloat16)`.
-Both run with dropout on (training mode) and the same thread count. All
-runs of a model are compiled first, then they take turns (an untimed
-step, then a timed one, each; `--steps` rounds), so a drift in the
-machine's speed (a shared host) falls on both sides of every ratio.
+Both run with dropout on (training mode) and the same thread count. Each
+run of a model gets its own worker process; all are compiled and warmed up
+first, then they take turns (an untimed step, then a timed one, each;
+`--steps` rounds), so a drift in the machine's speed (a shared host)
+falls on both sides of every ratio.
 MFU divides model FLOPs (3 x XLA's count of the zoo's forward loss) by the
 measured matmul peak: f32 runs by the f32 peak, bf16 runs by the bf16 one.
 
@@ -29,6 +30,7 @@ import argparse
 import sys
 
 import _common  # pylint: disable=g-bad-import-order
+import _workers  # pylint: disable=g-bad-import-order
 import _zoo  # pylint: disable=g-bad-import-order
 
 _hf = None  # the PyTorch reference, imported only when it runs
@@ -79,27 +81,39 @@ def parse_args(argv):
 def run_model(name, args, peaks):
   """Timings of one model: {"zoo_<dtype>": {...}, "hf_<mode>": {...}}.
 
-  Every run is built (and compiled) first; then their steps are timed in
-  alternation (`_common.interleaved_medians`), so the ratios compare steps
-  taken under the same machine load.
+  With more than one run, each run lives in its own worker process
+  (`_workers`), built and warmed up first; then they take turns
+  (`_common.interleaved_medians`), so the ratios compare steps taken under
+  the same host load and neither framework's memory disturbs the other. A
+  lone run (the GPU script's) is timed in this process.
   """
   tokens = args.batch * args.seq_len
-  fns, flops, shapes = {}, None, None
-  for dtype in args.zoo_dtypes:
-    fns[f"zoo_{dtype}"], counted, shapes = _zoo.prepare_step(
-        name, dtype, args.batch, args.seq_len, size=args.size or None,
-        model_args=_zoo.speed_args(name, args.attention_impl,
-                                   args.scan_layers,
-                                   not args.no_attention_dropout))
-    # One FLOP count per model: the first dtype's (bf16 adds only casts).
-    flops = flops or counted
-  if not args.no_hf:
-    for mode in args.hf_modes:
-      fns[f"hf_{mode}"] = _hf.prepare_step(mode, shapes)
-  # A lone run has no turns to settle from.
-  settle = args.settle if len(fns) > 1 else 0
-  seconds = _common.interleaved_medians(fns, args.steps, max(args.warmup, 1),
-                                        settle=settle)
+  spec = {"name": name, "batch": args.batch, "seq_len": args.seq_len,
+          "size": args.size or None,
+          "model_args": _zoo.speed_args(name, args.attention_impl,
+                                        args.scan_layers,
+                                        not args.no_attention_dropout)}
+  runs = [("zoo", d) for d in args.zoo_dtypes]
+  runs += [] if args.no_hf else [("hf", m) for m in args.hf_modes]
+  warmup = max(args.warmup, 1)
+  if len(runs) == 1:
+    fn, flops, _ = _zoo.prepare_step(name, runs[0][1], args.batch,
+                                     args.seq_len, spec["size"],
+                                     spec["model_args"])
+    seconds = {f"zoo_{runs[0][1]}": _common.median_seconds(fn, args.steps,
+                                                           warmup)}
+  else:
+    workers = []
+    try:
+      for kind, dtype in runs:
+        workers.append(_workers.Worker(kind, dict(spec, dtype=dtype), warmup))
+      # One FLOP count per model: the first zoo run's (bf16 adds casts).
+      flops = workers[0].info["flops"]
+      seconds = _common.interleaved_medians(_workers.steppers(workers),
+                                            args.steps, 0, args.settle)
+    finally:
+      for w in workers:
+        w.close()
   return {key: _row(s, tokens, flops,
                     peaks[key.split("_", 1)[1]]) for key, s in seconds.items()}
 

@@ -99,3 +99,17 @@ def test_interleaved_medians_take_turns_after_warmup():
   assert set(medians) == {"a", "b"} and all(m >= 0 for m in medians.values())
   with pytest.raises(ValueError, match="steps"):
     _common.interleaved_medians(fns, steps=0, warmup=0)
+
+
+def test_worker_steps_a_zoo_run_in_its_own_process():
+  import _workers  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  spec = {"name": "t5-small", "dtype": "float32", "batch": 2, "seq_len": 16,
+          "size": "tiny", "model_args": {}}
+  worker = _workers.Worker("zoo", spec, warmup=1)
+  try:
+    assert worker.label == "zoo_float32" and worker.info["flops"] > 0
+    assert worker.step() > 0
+  finally:
+    worker.close()
+  with pytest.raises(RuntimeError, match="bert-huge"):
+    _workers.Worker("zoo", dict(spec, name="bert-huge"), warmup=0)
