@@ -50,9 +50,9 @@ def interleaved_medians(fns: dict[str, Callable[[], Any]], steps: int,
   function a turn, in order: `settle` untimed calls, then one timed call.
   On a shared machine whose speed drifts (another tenant's load), taking
   turns keeps the drift out of the ratios between the functions. The
-  untimed calls absorb the cost of switching: the first step after the
-  other framework's step runs measurably slower (its allocator hands back
-  and re-faults memory the other side just touched).
+  untimed calls absorb the cost of switching: the first step after another
+  function's ran measurably slower (cold caches; in one process, memory the
+  allocator handed back and re-faults).
   """
   if steps < 1:
     raise ValueError(f"steps must be >= 1, got {steps}")

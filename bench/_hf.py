@@ -12,8 +12,6 @@ import numpy as np
 import torch
 import transformers
 
-import _common  # pylint: disable=g-bad-import-order
-
 _ACTS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu",
          "gated_gelu_tanh": "gated-gelu", "gated_relu": "gated-relu"}
 
@@ -119,10 +117,3 @@ def prepare_step(mode: str, shapes: dict[str, Any]) -> Callable[[], None]:
       raise FloatingPointError(f"reference loss is {loss.item()}")
 
   return one
-
-
-def time_step(mode: str, shapes: dict[str, Any], steps: int,
-              warmup: int) -> float:
-  """Median seconds of one reference training step (`prepare_step`'s)."""
-  return _common.median_seconds(prepare_step(mode, shapes), steps,
-                                max(warmup, 1))

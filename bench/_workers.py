@@ -37,7 +37,7 @@ def _serve(kind: str, spec: dict[str, Any], warmup: int, conn) -> None:
     for _ in range(warmup):
       fn()
     conn.send(("ready", info))
-    while (msg := conn.recv()) == "step":
+    while conn.recv() == "step":
       start = time.perf_counter()
       fn()
       conn.send(("done", time.perf_counter() - start))

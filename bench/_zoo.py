@@ -127,19 +127,3 @@ def prepare_step(name: str, dtype: str, batch: int, seq_len: int,
     jax.block_until_ready(metrics)
 
   return one, flops, shapes_of(run["objective"], batch, seq_len)
-
-
-def time_step(name: str, dtype: str, batch: int, seq_len: int, steps: int,
-              warmup: int, size: str | None = None,
-              model_args: dict | None = None):
-  """Median seconds of one train step, its model FLOPs, and its shapes.
-
-  Arguments as `prepare_step`, plus `steps` timed steps (median) after
-  `warmup` untimed ones (at least one: the first compiles).
-
-  Returns:
-    `(seconds, flops, shapes)`.
-  """
-  one, flops, shapes = prepare_step(name, dtype, batch, seq_len, size,
-                                    model_args)
-  return _common.median_seconds(one, steps, max(warmup, 1)), flops, shapes

@@ -189,10 +189,12 @@ def _final_peaks(args, info, peaks, results):
         info["measured_peaks_flops"][dtype], again)
     if not (dtype == "bfloat16" and args.peak_tflops > 0):
       peaks[dtype] = max(peaks[dtype], again)
+  tokens = args.batch * args.seq_len
   for rows in results.values():
     for key, row in rows.items():
-      row["mfu"] = (row["model_tflops_per_step"] * 1e12 / row["step_s"]
-                    / peaks[key.split("_", 1)[1]])
+      rows[key] = _row(row["step_s"], tokens,
+                       row["model_tflops_per_step"] * 1e12,
+                       peaks[key.split("_", 1)[1]])
   print(f"matmul peak, best of start and end: f32="
         f"{peaks['float32'] / 1e9:.0f} GFLOP/s; MFU: " + ", ".join(
             f"{n} {k} {r['mfu']:.3f}" for n, rows in results.items()

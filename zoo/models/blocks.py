@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from zoo.models import layers
+from zoo.models.barrier import grad_barrier
 
 Array = jax.Array
 ACTIVATION_AXES = ("batch", "length", "embed")
@@ -124,9 +125,6 @@ class _ScanBody(nn.Module):
                                          cross_bias, self.deterministic)
     y = nn.with_logical_constraint(y, ACTIVATION_AXES)
     return y, y
-
-
-grad_barrier = layers.grad_barrier
 
 
 class Stack(nn.Module):

@@ -34,6 +34,7 @@ from zoo.models.masks import segment_mask  # pylint: disable=unused-import
 from zoo.models.masks import seq2seq_mask  # pylint: disable=unused-import
 # Every model's dropout: a counter-hash mask, far cheaper than threefry.
 from zoo.models.dropout import Dropout  # pylint: disable=unused-import
+from zoo.models.barrier import grad_barrier
 
 Array = jax.Array
 Initializer = Callable[..., Array]
@@ -365,32 +366,6 @@ def activation_fn(name: str) -> Callable[[Array], Array]:
     raise ValueError(f"unknown activation {name!r}; known: "
                      f"{sorted(ACTIVATIONS)} and their 'gated_' forms")
   return ACTIVATIONS[base]
-
-
-@jax.custom_vjp
-def grad_barrier(x: Array) -> Array:
-  """Identity whose gradient is materialised before it flows on.
-
-  The residual stream's gradient is a long chain of elementwise adds
-  across blocks; unbroken, XLA on CPU fuses the whole chain, dropout masks
-  included, into every consumer and recomputes it per layer (quadratic in
-  L: a quarter of a GPT-2-small step). One buffer per block boundary keeps
-  it linear (`blocks.Stack`); gated MLPs use it too. x [...] -> x.
-  """
-  return x
-
-
-def _barrier_fwd(x):
-  return x, None
-
-
-def _barrier_bwd(_, g):
-  # XLA:CPU expands optimization barriers away before fusion; a reduction is
-  # never duplicated into its consumers, and g + 0 is exact.
-  return (jnp.stack([g, jnp.zeros_like(g)], -1).sum(-1),)
-
-
-grad_barrier.defvjp(_barrier_fwd, _barrier_bwd)
 
 
 class Mlp(nn.Module):
