@@ -66,15 +66,21 @@ def train_step_section(r: dict) -> list[str]:
          f"and end): "
          f"{peaks['float32'] / 1e9:.0f} GFLOP/s f32, "
          f"{peaks['bfloat16'] / 1e9:.0f} GFLOP/s bf16 (f32 accumulation).", "",
-         "| model | run | ms/step | tokens/s | MFU | best zoo / this |",
-         "|---|---|---:|---:|---:|---:|"]
+         "| model | run | ms/step | tokens/s | MFU | best zoo / this "
+         "| at peak / this |",
+         "|---|---|---:|---:|---:|---:|---:|"]
+  top = max(peaks.values())
   for name, rows in r["results"].items():
     best = max(v["tokens_per_s"] for k, v in rows.items()
                if k.startswith("zoo_"))
     for key, row in rows.items():
+      ceiling = row["step_s"] * top / (row["model_tflops_per_step"] * 1e12)
       out.append(f"| {name} | {key} | {row['step_s'] * 1e3:.1f} | "
                  f"{row['tokens_per_s']:.0f} | {row['mfu']:.3f} | "
-                 f"{best / row['tokens_per_s']:.2f} |")
+                 f"{best / row['tokens_per_s']:.2f} | {ceiling:.2f} |")
+  out += ["", "The last column bounds any speed-up over that run on this "
+          "machine: the ratio of a step doing the same model FLOPs (the "
+          "zoo's count) at the best measured matmul peak."]
   if r.get("note"):
     out += ["", f"Note: {r['note']}."]
   return out + [""]
