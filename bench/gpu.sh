@@ -7,9 +7,8 @@
 #
 # Where the Python at $PY (default python3) already imports JAX, Flax, Optax
 # and Orbax, the script runs the checkout in place with it, installing
-# nothing but, if the zoo's imports need them, the wheels in .whl/
-# (offline, into $SITE):
-# that is the way on a GPU machine without a package index, with .whl/
+# nothing but, if the zoo's imports need them, the wheels in .whl/ (offline,
+# into $SITE): the way on a GPU machine without a package index, with .whl/
 # filled beforehand by bench/gpu_wheels.sh on a machine with one. Otherwise
 # it installs the package with its GPU extra into .venv-gpu.
 #
@@ -25,9 +24,8 @@
 #
 # Sized for 5 minutes: batch 32 x 512 tokens, 2 warm-up and 8 timed steps.
 # Environment overrides: BATCH, SEQ_LEN, STEPS, PEAK_TFLOPS, PEAK_N, MODELS,
-# SIZE (every model's size, e.g. tiny), PY, SITE, WHEEL_DIR, and ALLOW_CPU=1,
-# a dry run
-# of the whole path on a machine without a GPU (the tests use it).
+# SIZE (every model's size, e.g. tiny), PY, SITE, WHEEL_DIR, and ALLOW_CPU=1:
+# a dry run of the whole path on a machine without a GPU (the tests use it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

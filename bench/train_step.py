@@ -168,9 +168,7 @@ def main(argv=None):
             flush=True)
     # Cumulative after every model, so a cut-short run still reports.
     info["load_avg_1m_end"] = _common.machine()["load_avg_1m"]
-    _common.emit_json("train_step", {
-        "machine": info, "peaks_flops": peaks, "batch": args.batch,
-        "seq_len": args.seq_len, "steps": args.steps, "results": results})
+    _emit(args, info, peaks, results)
   if results:
     _final_peaks(args, info, peaks, results)
   print(ratio_line(results))
@@ -199,6 +197,11 @@ def _final_peaks(args, info, peaks, results):
         f"{peaks['float32'] / 1e9:.0f} GFLOP/s; MFU: " + ", ".join(
             f"{n} {k} {r['mfu']:.3f}" for n, rows in results.items()
             for k, r in rows.items()), flush=True)
+  _emit(args, info, peaks, results)
+
+
+def _emit(args, info, peaks, results):
+  """The run's JSON record so far (`bench/report.py` reads the last one)."""
   _common.emit_json("train_step", {
       "machine": info, "peaks_flops": peaks, "batch": args.batch,
       "seq_len": args.seq_len, "steps": args.steps, "results": results})
