@@ -125,6 +125,30 @@ def tokenizer_for(folder, vocab_size: int) -> tok_lib.SentencePieceTokenizer:
   return tok_lib.SentencePieceTokenizer.load(out)
 
 
+def train_token_count(folder, tokenizer) -> int:
+  """Tokens of one pass over the training split as the loader packs it:
+  each document's pieces (split into sentences, as `annotate` does) plus
+  its closing EOS. Counted once per tokenizer, then read from a cache file
+  in the sample folder."""
+  from data import annotate  # pylint: disable=g-import-not-at-top
+  proto = getattr(tokenizer, "proto", b"") or repr(tokenizer.vocab_size).encode()
+  key = hashlib.sha256(proto).hexdigest()[:12]
+  cache = pathlib.Path(folder) / f"train-tokens-{key}.json"
+  if cache.exists():
+    return int(json.loads(cache.read_text())["tokens"])
+  paths = sorted((pathlib.Path(folder) / "c4").glob("c4-train.*.json.gz"))
+  total = 0
+  for path in paths:
+    for record in _records(path):
+      text, _ = annotate.clean(record["text"])
+      if text.strip():
+        total += len(annotate.annotate(tokenizer, text)["tokens"]) + 1
+  tmp = cache.with_suffix(f".tmp{os.getpid()}")
+  tmp.write_text(json.dumps({"tokens": total}))
+  os.replace(tmp, cache)
+  return total
+
+
 def _records(path: pathlib.Path) -> list[dict]:
   import gzip  # pylint: disable=g-import-not-at-top
   with gzip.open(path, "rt", encoding="utf-8") as f:

@@ -190,7 +190,7 @@ def test_every_family_cell_backbone_loads_for_finetuning():
     if name not in models.FAMILIES:  # tests/toy.py's scheme, when loaded
       continue
     spec = finetune.make_spec(name, model_config, task, steps=1)
-    fresh = jax.eval_shape(finetune._fresh, spec, 32, jax.random.key(0))
+    fresh = jax.eval_shape(finetune.run._fresh, spec, 32, jax.random.key(0))
     loaded = finetune.load_backbone(
         jax.tree_util.tree_map(lambda a: np.zeros(a.shape, a.dtype),
                                fresh["backbone"]), params)

@@ -11,8 +11,9 @@ from flax import traverse_util
 import data
 from data.tasks import Task
 from zoo import finetune
-from zoo import finetune_data
-from zoo import finetune_lib
+from zoo.finetune import arrays as finetune_arrays
+from zoo.finetune import evaluate as finetune_eval
+from zoo.finetune import steps as finetune_steps
 from zoo import models
 
 ANIMALS = "cat dog horse cow sheep goat mouse bird".split()
@@ -149,17 +150,17 @@ def test_scalar_mix_mode_learns_layer_weights(tok, topic, full):
 def test_tag_positions_are_each_words_first_piece(tok):
   task = _task("tags", "tags", "accuracy", list("AVF"), _tag_examples)
   examples = task.validation[:8]
-  arrays = finetune_data.encoder_arrays("tags", examples, tok, 16)
+  arrays = finetune_arrays.encoder_arrays("tags", examples, tok, 16)
   for i, ex in enumerate(examples):
-    pieces, first = finetune_data.word_pieces(tok, ex["words"])
+    pieces, first = finetune_arrays.word_pieces(tok, ex["words"])
     for w, pos in enumerate(arrays["word_pos"][i, :len(ex["words"])]):
       if pos >= 0:
         assert arrays["tokens"][i, pos] == pieces[first[w]]
         assert arrays["tags"][i, pos] == ex["tags"][w]
   gold = {"tags": arrays["tags"]}
-  perfect = finetune_data.head_scores(task, examples, arrays, gold, tok)
+  perfect = finetune_eval.head_scores(task, examples, arrays, gold, tok)
   shifted = {"tags": np.roll(arrays["tags"], 1, axis=1)}
-  worse = finetune_data.head_scores(task, examples, arrays, shifted, tok)
+  worse = finetune_eval.head_scores(task, examples, arrays, shifted, tok)
   kept = (arrays["word_pos"] >= 0).sum() / sum(len(e["tags"])
                                                for e in examples)
   assert perfect["accuracy"] == pytest.approx(100 * kept)
@@ -175,11 +176,11 @@ def test_tag_head_trains(tok):
 def test_span_head_scores_decoded_answers(tok):
   task = _task("span", "span", "squad", [], _span_examples)
   examples = task.validation[:8]
-  arrays = finetune_data.encoder_arrays("span", examples, tok, 24)
+  arrays = finetune_arrays.encoder_arrays("span", examples, tok, 24)
   assert (arrays["start"] >= 0).all()
   assert (arrays["answer_mask"][np.arange(8), arrays["start"]]).all()
   gold = {"start": arrays["start"], "end": arrays["end"]}
-  scores = finetune_data.head_scores(task, examples, arrays, gold, tok)
+  scores = finetune_eval.head_scores(task, examples, arrays, gold, tok)
   assert scores["exact_match"] == 100.0
   metrics, state = _run(tok, task, "bert", None, "full", max_len=24)
   assert np.mean(state.losses[-5:]) < np.mean(state.losses[:5]) - 0.5
@@ -208,12 +209,12 @@ def test_encdec_generates_text_scored_by_rouge(tok):
                         config=_config(tok, "t5", dropout_rate=0.0))
   assert np.mean(state.losses[:5]) - np.mean(state.losses[-5:]) > 3
   lengths = {"inputs": 16, "targets": 6}  # 3 words: 5 pieces and eos
-  arrays = finetune._arrays(state.spec, task, task.validation, tok, lengths)
-  texts = finetune.generate_texts(state.spec, state.params, arrays, tok,
+  arrays = finetune_arrays.split_arrays(state.spec, task.validation, tok, lengths)
+  texts = finetune_eval.generate_texts(state.spec, state.params, arrays, tok,
                                   lengths["targets"], 16)
   assert len(texts) == len(task.validation)
   assert all(isinstance(t, str) for t in texts)
-  again = finetune_data.text_scores(task, task.validation, texts)
+  again = finetune_eval.text_scores(task, task.validation, texts)
   assert {f"validation/{k}": v for k, v in again.items()} == {
       k: v for k, v in metrics.items() if k.startswith("validation/")}
   assert all(0 <= v <= 100 for v in again.values())
@@ -251,8 +252,8 @@ def test_pooling_defaults_per_family_and_can_be_chosen(tok, topic):
   batch = {"tokens": np.asarray([[4, 9, 10, 11, 0, 0]] * 2, np.int32),
            "token_types": np.zeros((2, 6), np.int32)}
   batch["tokens"][1, 1] = 12  # rows differ after the first position only
-  by_cls = finetune_lib.head_forward(auto, params, batch, deterministic=True)
-  by_mean = finetune_lib.head_forward(mean, params, batch,
+  by_cls = finetune_steps.head_forward(auto, params, batch, deterministic=True)
+  by_mean = finetune_steps.head_forward(mean, params, batch,
                                       deterministic=True)
   assert not np.allclose(by_mean[0], by_mean[1], atol=1e-6)
   assert not np.allclose(np.asarray(by_cls), np.asarray(by_mean))
@@ -278,11 +279,11 @@ def _keyword_examples(n, seed):
 def test_text_to_text_rows_teacher_force_the_target_then_eos(tok):
   task = _task("kw", "class", "accuracy", QUESTION_TYPES, _keyword_examples)
   examples = task.validation[:8]
-  ids = finetune_data.Ids.of(tok)
+  ids = finetune_arrays.Ids.of(tok)
   gold = [tok.encode(ex["targets"]) + [ids.eos] for ex in examples]
-  enc = finetune_data.encdec_arrays(examples, tok, inputs_len=16,
+  enc = finetune_arrays.encdec_arrays(examples, tok, inputs_len=16,
                                     targets_len=6, start_id=17)
-  dec = finetune_data.decoder_arrays(examples, tok, prompt_len=16,
+  dec = finetune_arrays.decoder_arrays(examples, tok, prompt_len=16,
                                      targets_len=6)
   for i, y in enumerate(gold):
     n = len(y)
@@ -320,9 +321,9 @@ def test_text_to_text_tasks_share_one_compiled_step(tok, topic):
   config = _config(tok, "t5")
   kw = dict(steps=2, splits=(), max_target_len=8, config=config)
   _run(tok, topic, "t5", None, "full", **kw)
-  compiled = finetune_lib.train_step._cache_size()
+  compiled = finetune_steps.train_step._cache_size()
   _run(tok, keyword, "t5", None, "full", **kw)
-  assert finetune_lib.train_step._cache_size() == compiled
+  assert finetune_steps.train_step._cache_size() == compiled
   other = finetune.make_spec("t5", config, keyword, steps=2)
   assert other == finetune.make_spec("t5", config, topic, steps=2)
 
@@ -331,14 +332,14 @@ def test_decoder_loss_at_target_positions_equals_full_logits_loss(tok):
   task = _task("kw", "class", "accuracy", QUESTION_TYPES, _keyword_examples)
   config = _config(tok, "gpt2", dropout_rate=0.0, attention_dropout_rate=0.0)
   spec = finetune.make_spec("gpt2", config, task)
-  arrays = finetune_data.decoder_arrays(task.train[:6], tok, prompt_len=12,
+  arrays = finetune_arrays.decoder_arrays(task.train[:6], tok, prompt_len=12,
                                         targets_len=6)
   at = arrays["target_pos"]
   weights = arrays["weights"]
   assert weights.sum() == np.take_along_axis(weights, at, 1).sum()
   params = finetune.init_params(spec, None, 18, jax.random.key(0))
   batch = {k: v for k, v in arrays.items() if k != "prompt"}
-  loss = finetune_lib.text_loss(spec, params, batch, jax.random.key(1))
+  loss = finetune_steps.text_loss(spec, params, batch, jax.random.key(1))
   model = models.get("gpt2").Model(config)
   logits = model.apply({"params": params["backbone"]}, arrays["tokens"],
                        segment_ids=arrays["segment_ids"])["logits"]
@@ -352,10 +353,60 @@ def test_decoder_loss_at_target_positions_equals_full_logits_loss(tok):
 def test_text_scores_map_exact_label_strings_only(topic):
   examples = topic.validation[:20]
   gold = [ex["targets"] for ex in examples]
-  right = finetune_data.text_scores(topic, examples, [f" {t} " for t in gold])
+  right = finetune_eval.text_scores(topic, examples, [f" {t} " for t in gold])
   assert right["accuracy"] == 100.0
   # A near-miss names no label: it is wrong, never silently class 0.
-  near = finetune_data.text_scores(topic, examples, [t + "s" for t in gold])
+  near = finetune_eval.text_scores(topic, examples, [t + "s" for t in gold])
   assert near["accuracy"] == 0.0
   flipped = ["vehicle" if t == "animal" else "animal" for t in gold]
-  assert finetune_data.text_scores(topic, examples, flipped)["accuracy"] == 0
+  assert finetune_eval.text_scores(topic, examples, flipped)["accuracy"] == 0
+
+
+def _manual_label_log_prob(spec, params, tok, example, label):
+  """log p(label eos | inputs) of a T5 by one plain forward pass."""
+  ids = finetune_arrays.Ids.of(tok)
+  enc = np.asarray([tok.encode(example["inputs"]) + [ids.eos]], np.int32)
+  tgt = tok.encode(label) + [ids.eos]
+  start = getattr(spec.config, "decoder_start_id", spec.config.pad_id)
+  dec = np.asarray([[start] + tgt[:-1]], np.int32)
+  logits = models.get("t5").Model(spec.config).apply(
+      {"params": params["backbone"]}, enc, dec)["logits"][0]
+  logp = jax.nn.log_softmax(logits)
+  return float(sum(logp[i, t] for i, t in enumerate(tgt))), len(tgt)
+
+
+def test_rank_classification_picks_the_most_likely_label(tok, topic):
+  from zoo.finetune import rank  # pylint: disable=import-outside-toplevel
+  config = _config(tok, "t5", dropout_rate=0.0)
+  spec = finetune.make_spec("t5", config, topic)
+  params = finetune.init_params(spec, None, 16, jax.random.key(3))
+  labels = ["animal", "vehicle", "a much longer label"]
+  examples = topic.validation[:5]
+  lengths = {"inputs": 16, "targets": 8}
+  scores = rank.label_scores(spec, params, examples, labels, tok, lengths,
+                             batch_size=4)
+  summed = rank.label_scores(spec, params, examples, labels, tok, lengths,
+                             batch_size=4, length_norm=False)
+  for i, ex in enumerate(examples):
+    for c, label in enumerate(labels):
+      total, count = _manual_label_log_prob(spec, params, tok, ex, label)
+      np.testing.assert_allclose(summed[i, c], total, rtol=1e-4, atol=1e-4)
+      np.testing.assert_allclose(scores[i, c], total / count, rtol=1e-4,
+                                 atol=1e-4)
+  preds = rank.rank_predictions(spec, params, examples, labels, tok, lengths,
+                                batch_size=4)
+  assert preds.tolist() == np.argmax(scores, 1).tolist()
+
+
+def test_text_to_text_class_tasks_are_ranked_unless_asked_to_generate(
+    tok, topic):
+  kw = dict(max_len=24, max_target_len=8, steps=5,
+            config=_config(tok, "gpt2", dropout_rate=0.0),
+            splits=("validation",))
+  _, ranked = _run(tok, topic, "gpt2", None, "full", **kw)
+  _, generated = _run(tok, topic, "gpt2", None, "full", scoring="generate",
+                      **kw)
+  assert set(ranked.predictions["validation"].tolist()) <= {0, 1}
+  assert len(generated.predictions["validation"]) == len(topic.validation)
+  with pytest.raises(ValueError, match="unknown scoring"):
+    _run(tok, topic, "gpt2", None, "full", scoring="vote", **kw)

@@ -1,19 +1,15 @@
-"""The demo grid: six tiny schemes, three tasks, three seeds, on 2 CPUs.
+"""The demo grid: what pre-training buys three tiny families, on 2 CPUs.
 
     python -m zoo.compare --config configs/compare/demo.py --workdir DIR
     make demo
 
-Every cell pre-trains a tiny model on the embedded sample corpus for the
-same token budget (`steps * batch_size * seq_len`), then each is
-fine-tuned with one recipe on three classification tasks (SMS spam, BBC
-topic, TREC question type), three seeds each,
-next to a randomly initialised BERT ("no pre-training", as in T5's Table 1).
-
-The recipe: full fine-tuning, 270 AdamW steps of 16 rows at lr 2e-3, inputs
-cut to 64 pieces, encoders read by a mean-pooled head (the [cls] state of an
-encoder pre-trained without NSP carries little after a short run), and
-encoder-decoders and decoders generate the label word (at most 8 pieces),
-scored on the first 100 validation examples.
+Three schemes on their own families (BERT by MLM, GPT-2 by causal LM, T5 by
+span corruption), each pre-trained on the embedded sample for the same
+token budget (`BUDGET_TOKENS`, at least one full pass over its training
+split), and each family's random-init row. Every row is read three ways:
+zero-shot minimal pairs, a frozen linear probe, and few-shot fine-tuning
+on three classification tasks (SMS spam, BBC topic, TREC question type),
+three sampled training sets each.
 """
 
 import ml_collections
@@ -22,71 +18,75 @@ from configs import common
 
 TASKS = ("sms_spam", "bbc_topic", "trec")
 SEEDS = (0, 1, 2)
-# Fine-tuning steps: a tiny T5 or BART needs ~250 steps before its generated
-# label starts to depend on the input (fewer leave it emitting one label).
-FT_STEPS = 270
-# Pre-training steps of every cell (16 x 64 tokens each).
-PRETRAIN_STEPS = 120
+# Pre-training tokens per cell: two passes over the sample's training split
+# (1.70M tokens with the 8k tokenizer).
+BUDGET_TOKENS = 3_400_000
+BATCH, SEQ_LEN = 32, 128
+# Few-shot recipe: K examples per class, fine-tuning steps.
+K, FT_STEPS = 32, 100
 
-# (name, objective, model family, T5 row it mirrors); "" = no pre-training.
+# (name, objective, model family, T5 row it mirrors).
 CELLS = (
-    ("no_pretraining", "", "bert", ""),
     ("mlm", "mlm", "bert", ""),
     ("clm", "clm", "gpt2", ""),
     ("t5_span", "t5_span", "t5", "table7/span_3"),
-    ("electra", "electra", "electra", ""),
-    ("bart", "bart", "bart", ""),
 )
 
 
-def pretrain(steps: int = PRETRAIN_STEPS) -> ml_collections.ConfigDict:
+def pretrain() -> ml_collections.ConfigDict:
   """The training config every cell shares (only the scheme differs)."""
   c = common.base_config()
   c.size = "tiny"
-  c.steps = steps
-  c.batch_size = 16
-  c.seq_len = 64
-  c.optimizer.lr = 1e-3
-  c.optimizer.warmup_steps = max(1, steps // 10)
-  c.checkpoint_every = 50
+  c.batch_size = BATCH
+  c.seq_len = SEQ_LEN
+  c.optimizer.lr = 2e-3
+  c.checkpoint_every = 200
   c.keep_checkpoints = 2
-  c.log_every = 10
+  c.log_every = 20
   c.eval_every = 0
-  c.eval_steps = 0  # the downstream tasks are the evaluation
+  c.eval_steps = 0  # the views are the evaluation
   return c
 
 
-def recipe(steps: int = FT_STEPS) -> ml_collections.ConfigDict:
-  """The one fine-tuning recipe (keyword arguments of `finetune`)."""
+def few_shot(steps: int = FT_STEPS, k: int = K) -> ml_collections.ConfigDict:
+  """The one few-shot recipe: "k" and `zoo.finetune.finetune` arguments."""
   return ml_collections.ConfigDict(dict(
-      mode="full", steps=steps, batch_size=16, lr=2e-3, max_len=64,
-      max_target_len=8, pool="mean", eval_limit=100,
-      splits=("validation",)))
+      k=k, mode="full", steps=steps, batch_size=16, lr=1e-3, max_len=64,
+      max_target_len=8, pool="mean", scoring="rank"))
 
 
-def grid(cells, tasks=TASKS, seeds=SEEDS,
-         pretrain_steps: int = PRETRAIN_STEPS,
-         finetune_steps: int = FT_STEPS) -> ml_collections.ConfigDict:
+def grid(cells, tasks=TASKS, seeds=SEEDS, budget: int = BUDGET_TOKENS,
+         ft_steps: int = FT_STEPS, k: int = K) -> ml_collections.ConfigDict:
   """A grid of `(name, objective, model, t5_row)` cells over one recipe."""
   from configs.compare import t5_tables  # pylint: disable=import-outside-toplevel
   g = ml_collections.ConfigDict()
-  g.pretrain = pretrain(pretrain_steps)
+  g.pretrain = pretrain()
+  steps = -(-budget // (BATCH * SEQ_LEN))
+  g.pretrain.optimizer.warmup_steps = max(1, steps // 10)
+  g.budget_tokens = budget
   g.cells = [dict(name=n, objective=o, model=m, t5_row=r)
              for n, o, m, r in cells]
   g.tasks = list(tasks)
   g.seeds = list(seeds)
-  g.finetune = recipe(finetune_steps)
+  g.minimal_pairs = ml_collections.ConfigDict(dict(n=300))
+  g.probe = ml_collections.ConfigDict(dict(max_len=64))
+  g.few_shot = few_shot(ft_steps, k)
   g.report_split = "validation"
   g.published = {r: t5_tables.PUBLISHED[r] for *_, r in cells if r}
   return g
 
 
-def get_config(arg: str | None = None):
-  """The demo grid; `arg` may set `steps=N` (pre-training) or `ft_steps=N`."""
+def parse(arg: str | None) -> dict:
+  """`tokens=N,ft_steps=N,k=N` of a grid argument, as keyword arguments."""
   args = common.parse_arg(arg)
-  unknown = set(args) - {"steps", "ft_steps"}
+  names = {"tokens": "budget", "ft_steps": "ft_steps", "k": "k"}
+  unknown = set(args) - set(names)
   if unknown:
-    raise ValueError(f"demo grid arguments are steps= and ft_steps=; got "
+    raise ValueError(f"grid arguments are tokens=, ft_steps= and k=; got "
                      f"{sorted(unknown)}")
-  return grid(CELLS, pretrain_steps=int(args.get("steps", PRETRAIN_STEPS)),
-              finetune_steps=int(args.get("ft_steps", FT_STEPS)))
+  return {names[k]: int(float(v)) for k, v in args.items()}
+
+
+def get_config(arg: str | None = None):
+  """The demo grid; `arg` may set `tokens=N`, `ft_steps=N` or `k=N`."""
+  return grid(CELLS, **parse(arg))

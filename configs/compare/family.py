@@ -3,14 +3,13 @@
     python -m zoo.compare --config configs/compare/family.py --workdir DIR
 
 Same budget, data, tasks and recipe as the demo grid, with one cell per
-scheme in `objectives.names()` (aliases skipped) plus the no-pre-training
-baseline. A scheme
+scheme in `objectives.names()` (aliases skipped), and a random-init row
+for every family they use. A scheme
 runs on the family its paper used (`PREFERRED`); a scheme registered later
 without an entry there gets the first family in `FALLBACK` it can bind to.
 """
 
 import objectives
-from configs import common
 from configs.compare import demo
 
 PREFERRED = {
@@ -41,12 +40,8 @@ def family_of(name: str) -> str:
 
 
 def get_config(arg: str | None = None):
-  """The grid; `arg` takes the demo's `steps=N` and `ft_steps=N`."""
-  args = common.parse_arg(arg)
-  cells = [("no_pretraining", "", "bert", "")]
+  """The grid; `arg` takes the demo's `tokens=N`, `ft_steps=N` and `k=N`."""
   aliases = objectives.aliases()  # e.g. "t5" is t5_span: one cell
-  cells += [(name, name, family_of(name), "") for name in objectives.names()
-            if name not in aliases]
-  steps = int(args.get("steps", demo.PRETRAIN_STEPS))
-  return demo.grid(cells, pretrain_steps=steps,
-                   finetune_steps=int(args.get("ft_steps", demo.FT_STEPS)))
+  cells = [(name, name, family_of(name), "") for name in objectives.names()
+           if name not in aliases]
+  return demo.grid(cells, **demo.parse(arg))

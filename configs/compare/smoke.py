@@ -1,4 +1,4 @@
-"""A two-cell, one-task grid that runs end to end in a minute (tests).
+"""A two-family, one-task grid that runs end to end in a minute (tests).
 
     python -m zoo.compare --config configs/compare/smoke.py --workdir DIR
 """
@@ -7,16 +7,18 @@ from configs.compare import demo
 
 
 def get_config(arg: str | None = None):
-  """MLM-pre-trained vs randomly initialised tiny BERT on TREC, 2 seeds."""
+  """MLM-pre-trained BERT and CLM-pre-trained GPT-2 beside their random-init
+  rows, on TREC, 2 few-shot sets; every view, tiny budgets."""
   del arg
-  g = demo.grid((("mlm", "mlm", "bert", ""),
-                 ("no_pretraining", "", "bert", "table1/no_pretraining")),
-                tasks=("trec",), seeds=(0, 1), pretrain_steps=8,
-                finetune_steps=12)
+  g = demo.grid((("mlm", "mlm", "bert", ""), ("clm", "clm", "gpt2", "")),
+                tasks=("trec",), seeds=(0, 1), budget=8 * 8 * 64,
+                ft_steps=6, k=4)
   g.pretrain.batch_size = 8
+  g.pretrain.seq_len = 64
   g.pretrain.checkpoint_every = 2
   g.pretrain.log_every = 2
   g.pretrain.optimizer.warmup_steps = 2
-  g.finetune.batch_size = 16
-  g.finetune.eval_limit = 48
+  g.minimal_pairs.n = 40
+  g.probe.max_len = 32
+  g.few_shot.max_len = 32
   return g

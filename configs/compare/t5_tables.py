@@ -1,7 +1,7 @@
 """The rows of the T5 paper's Tables 4 to 7, at small scale.
 
     python -m zoo.compare --config configs/compare/t5_tables.py --workdir DIR
-    python -m zoo.compare --config configs/compare/t5_tables.py:steps=1000 ...
+    python -m zoo.compare --config configs/compare/t5_tables.py:tokens=1e7 ...
 
 `PUBLISHED` holds the paper's own figures (Raffel et al. 2020, "Exploring
 the Limits of Transfer Learning with a Unified Text-to-Text Transformer"):
@@ -49,7 +49,7 @@ PUBLISHED = {
 
 # Our cells: (name, objective, objective_args, the paper's row).
 _ROWS = (
-    ("no_pretraining", "", {}, "table1/no_pretraining"),
+    ("random_t5", "", {}, "table1/no_pretraining"),
     ("prefix_lm", "t5_prefix_lm", {}, "table4/prefix_lm"),
     ("bert_style", "t5_bert", {}, "table4/bert_style"),
     ("deshuffling", "t5_deshuffle", {}, "table4/deshuffling"),
@@ -73,7 +73,7 @@ def cells() -> list[dict]:
 
 
 def get_config(arg: str | None = None):
-  """The grid; `arg` takes the demo's `steps=N` and `ft_steps=N`."""
+  """The grid; `arg` takes the demo's `tokens=N`, `ft_steps=N` and `k=N`."""
   g = demo.get_config(arg)
   g.cells = cells()
   g.published = PUBLISHED

@@ -56,6 +56,15 @@ def get(family: str) -> ModuleType:
   return importlib.import_module(FAMILIES[family])
 
 
+def interface_of(family: str, config) -> str:
+  """"encoder", "decoder", "encdec" or "lstm": the family's `INTERFACE`, or
+  what its `interface(config)` says (T5 may be encoder-only)."""
+  mod = get(family)
+  if hasattr(mod, "interface"):
+    return mod.interface(config)
+  return mod.INTERFACE
+
+
 def make_config(family: str, size: str = "tiny", **overrides):
   """The `Config` of `family` at a named size, with field overrides."""
   mod = get(family)

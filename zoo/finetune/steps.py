@@ -21,71 +21,7 @@ import optax
 from zoo import models
 from zoo import optim
 from zoo.models import heads
-
-MODES = ("full", "frozen", "adapters", "scalar_mix")
-HEAD_KINDS = ("class", "pair", "regression", "tags", "span")
-# Backbones whose first position is no summary token: pool by mean.
-_MEAN_POOL = ("t5", "elmo", "gpt2")
-POOLS = ("auto", "cls", "mean")
-
-
-def resolve_pool(family: str, pool: str) -> str:
-  """"cls" or "mean": `pool`, or for "auto" the family's natural summary
-  (its first token where pre-training gives it one, else the mean)."""
-  if pool not in POOLS:
-    raise ValueError(f"unknown pooling {pool!r}; use one of {POOLS}")
-  if pool == "auto":
-    return "mean" if family in _MEAN_POOL else "cls"
-  return pool
-
-
-@dataclasses.dataclass(frozen=True)
-class Spec:
-  """Everything static about a fine-tuning run.
-
-  Attributes:
-    family: model family name.
-    config: the backbone's frozen `Config` (adapters already set).
-    interface: "encoder", "lstm", "encdec" or "decoder".
-    kind: the task kind.
-    mode: one of `MODES`.
-    num_labels: C (classes or tags); 0 otherwise.
-    steps, lr, warmup_steps, weight_decay, clip_norm: the AdamW recipe.
-    head_dropout: dropout inside the head.
-    pool: how class, pair and regression heads summarise the sequence:
-      "cls" (first position) or "mean" (over non-pad positions).
-  """
-  family: str
-  config: Any
-  interface: str
-  kind: str
-  mode: str = "full"
-  num_labels: int = 0
-  steps: int = 100
-  lr: float = 1e-4
-  warmup_steps: int = 10
-  weight_decay: float = 0.01
-  clip_norm: float = 1.0
-  head_dropout: float = 0.1
-  pool: str = "cls"
-
-  @property
-  def text_to_text(self) -> bool:
-    """True for encoder-decoders and decoders (no head; they generate)."""
-    return self.interface in ("encdec", "decoder")
-
-  @property
-  def num_states(self) -> int:
-    """L+1, the length of the backbone's "layers" tuple."""
-    return self.config.num_layers + 1
-
-
-def interface_of(family: str, config) -> str:
-  """The backbone interface of a family under a config (t5 may be either)."""
-  mod = models.get(family)
-  if hasattr(mod, "interface"):
-    return mod.interface(config)
-  return mod.INTERFACE
+from zoo.finetune.spec import Spec
 
 
 class TaskHead(nn.Module):
@@ -192,21 +128,33 @@ def head_loss(spec: Spec, params, batch: dict, rng) -> jax.Array:
   return total / jnp.maximum(count, 1.0)
 
 
-def text_loss(spec: Spec, params, batch: dict, rng) -> jax.Array:
-  """Mean token cross-entropy of a text-to-text batch (teacher forcing)."""
+def text_logits(spec: Spec, params, batch: dict, *, deterministic: bool,
+                rng=None):
+  """Teacher-forced logits of a text-to-text batch at its target positions.
+
+  Returns:
+    `(logits [B,T,V], targets int32 [B,T], weights float32 [B,T])`: for a
+    decoder, T is the K target positions only (not all P+K).
+  """
   model = models.get(spec.family).Model(spec.config)
-  variables, rngs = {"params": params["backbone"]}, {"dropout": rng}
+  variables = {"params": params["backbone"]}
+  rngs = None if deterministic else {"dropout": rng}
   if spec.interface == "encdec":
     logits = model.apply(variables, batch["enc_tokens"], batch["dec_tokens"],
-                         deterministic=False, rngs=rngs)["logits"]
-    targets, weights = batch["targets"], batch["weights"]
-  else:  # logits at the K target positions only, not all P+K
-    at = batch["target_pos"]
-    logits = model.apply(variables, batch["tokens"],
-                         segment_ids=batch["segment_ids"], logits_at=at,
-                         deterministic=False, rngs=rngs)["logits"]
-    targets = jnp.take_along_axis(batch["targets"], at, axis=1)
-    weights = jnp.take_along_axis(batch["weights"], at, axis=1)
+                         deterministic=deterministic, rngs=rngs)["logits"]
+    return logits, batch["targets"], batch["weights"]
+  at = batch["target_pos"]
+  logits = model.apply(variables, batch["tokens"],
+                       segment_ids=batch["segment_ids"], logits_at=at,
+                       deterministic=deterministic, rngs=rngs)["logits"]
+  return (logits, jnp.take_along_axis(batch["targets"], at, axis=1),
+          jnp.take_along_axis(batch["weights"], at, axis=1))
+
+
+def text_loss(spec: Spec, params, batch: dict, rng) -> jax.Array:
+  """Mean token cross-entropy of a text-to-text batch (teacher forcing)."""
+  logits, targets, weights = text_logits(spec, params, batch,
+                                         deterministic=False, rng=rng)
   total, count = _xent(logits, targets, weights)
   return total / jnp.maximum(count, 1.0)
 

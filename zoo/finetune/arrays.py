@@ -1,4 +1,4 @@
-"""Task examples to fixed-shape arrays, and predictions back to metric inputs.
+"""Task examples to fixed-shape arrays (host side, numpy).
 
 Host side only (numpy). Every split becomes a dict of arrays with a leading
 example axis N and a fixed length, so one jitted step serves every batch.
@@ -21,7 +21,6 @@ import dataclasses
 import numpy as np
 
 from data.tasks import encode as task_encode
-from data.tasks import metrics as task_metrics
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,66 +219,20 @@ def decoder_arrays(examples: list[dict], tokenizer, *, prompt_len: int,
                                         len(prompts), targets_len)}
 
 
-def head_scores(task, examples: list[dict], arrays: dict, outputs: dict,
-                tokenizer) -> dict[str, float]:
-  """The task's metric of a head's predictions.
+def split_arrays(spec, examples: list[dict], tokenizer,
+                 lengths: dict) -> dict[str, np.ndarray]:
+  """The arrays of a split for the backbone of `spec` (a `Spec`).
 
-  Args:
-    task: the `data.tasks.Task`.
-    examples: the N examples predicted.
-    arrays: their `encoder_arrays`.
-    outputs: numpy predictions: "label" [N] (class ids or real values),
-      "tags" [N,T], or "start"/"end" [N].
-    tokenizer: decodes predicted answer spans.
+  `lengths`: {"inputs": T (or S, or P+T of decoders), "targets": T of
+  text-to-text targets}.
   """
-  if task.kind in ("class", "pair", "regression"):
-    gold = [ex["label"] for ex in examples]
-    return task_metrics.compute(task.metric, outputs["label"].tolist(), gold)
-  if task.kind == "tags":
-    pos = arrays["word_pos"]
-    preds, gold = [], []
-    for i, ex in enumerate(examples):
-      p = pos[i, :len(ex["tags"])]
-      preds += np.where(p >= 0, outputs["tags"][i, np.maximum(p, 0)],
-                        -1).tolist()
-      gold += list(ex["tags"])
-    return task_metrics.compute(task.metric, preds, gold)
-  texts = [tokenizer.decode(arrays["tokens"][i, s:e + 1])
-           for i, (s, e) in enumerate(zip(outputs["start"], outputs["end"]))]
-  return task_metrics.compute(task.metric, texts,
-                              [ex["answer"] for ex in examples])
-
-
-def text_scores(task, examples: list[dict], texts: list[str]
-                ) -> dict[str, float]:
-  """The task's metric of generated target strings.
-
-  Class and pair outputs map to a label index (-1 when the text names no
-  label), regression outputs parse as floats (0.0 when they do not), tags
-  split on spaces word by word; span and seq2seq compare strings.
-  """
-  texts = [t.strip() for t in texts]
-  if task.kind in ("class", "pair"):
-    preds = [task.labels.index(t) if t in task.labels else -1 for t in texts]
-    return task_metrics.compute(task.metric, preds,
-                                [ex["label"] for ex in examples])
-  if task.kind == "regression":
-    return task_metrics.compute(task.metric, [_as_float(t) for t in texts],
-                                [ex["label"] for ex in examples])
-  if task.kind == "tags":
-    preds, gold = [], []
-    for ex, text in zip(examples, texts):
-      words = text.split() + [""] * len(ex["tags"])
-      preds += [task.labels.index(w) if w in task.labels else -1
-                for w in words[:len(ex["tags"])]]
-      gold += list(ex["tags"])
-    return task_metrics.compute(task.metric, preds, gold)
-  return task_metrics.compute(task.metric, texts,
-                              [ex["targets"] for ex in examples])
-
-
-def _as_float(text: str) -> float:
-  try:
-    return float(text)
-  except ValueError:
-    return 0.0
+  if spec.interface == "encdec":
+    return encdec_arrays(
+        examples, tokenizer, inputs_len=lengths["inputs"],
+        targets_len=lengths["targets"],
+        start_id=getattr(spec.config, "decoder_start_id", spec.config.pad_id))
+  if spec.interface == "decoder":
+    return decoder_arrays(
+        examples, tokenizer, prompt_len=lengths["inputs"] - lengths["targets"],
+        targets_len=lengths["targets"])
+  return encoder_arrays(spec.kind, examples, tokenizer, lengths["inputs"])

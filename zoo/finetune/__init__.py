@@ -1,0 +1,18 @@
+"""Fine-tuning on the downstream tasks: one recipe for every family.
+
+    from zoo import finetune
+    metrics = finetune.finetune("bert", config, params, data.tasks.load("trec"),
+                                tok, mode="full", steps=300, lr=1e-4)
+
+One module per concern: `spec` (what a run is, checked), `arrays` (task
+examples to fixed-shape arrays), `steps` (the jitted heads, losses and
+train step), `run` (init, the training loop, `finetune`), `evaluate`
+(predictions, generated text, metrics) and `rank` (rank classification of
+text-to-text models over a task's label strings).
+"""
+
+from zoo.finetune.run import State, finetune, init_params, load_backbone
+from zoo.finetune.spec import MODES, Spec, make_spec
+
+__all__ = ["finetune", "State", "Spec", "MODES", "make_spec", "init_params",
+           "load_backbone"]

@@ -1,0 +1,114 @@
+"""What a fine-tuning run is: its static `Spec`, checked before it runs.
+
+`Spec` is hashable, so one compiled train step serves every seed and every
+call with the same backbone, task kind and mode.
+"""
+
+import dataclasses
+from typing import Any
+
+from zoo import models
+
+MODES = ("full", "frozen", "adapters", "scalar_mix")
+HEAD_KINDS = ("class", "pair", "regression", "tags", "span")
+# Backbones whose first position is no summary token: pool by mean.
+_MEAN_POOL = ("t5", "elmo", "gpt2")
+POOLS = ("auto", "cls", "mean")
+
+
+def resolve_pool(family: str, pool: str) -> str:
+  """"cls" or "mean": `pool`, or for "auto" the family's natural summary
+  (its first token where pre-training gives it one, else the mean)."""
+  if pool not in POOLS:
+    raise ValueError(f"unknown pooling {pool!r}; use one of {POOLS}")
+  if pool == "auto":
+    return "mean" if family in _MEAN_POOL else "cls"
+  return pool
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+  """Everything static about a fine-tuning run.
+
+  Attributes:
+    family: model family name.
+    config: the backbone's frozen `Config` (adapters already set).
+    interface: "encoder", "lstm", "encdec" or "decoder".
+    kind: the task kind.
+    mode: one of `MODES`.
+    num_labels: C (classes or tags); 0 otherwise.
+    steps, lr, warmup_steps, weight_decay, clip_norm: the AdamW recipe.
+    head_dropout: dropout inside the head.
+    pool: how class, pair and regression heads summarise the sequence:
+      "cls" (first position) or "mean" (over non-pad positions).
+  """
+  family: str
+  config: Any
+  interface: str
+  kind: str
+  mode: str = "full"
+  num_labels: int = 0
+  steps: int = 100
+  lr: float = 1e-4
+  warmup_steps: int = 10
+  weight_decay: float = 0.01
+  clip_norm: float = 1.0
+  head_dropout: float = 0.1
+  pool: str = "cls"
+
+  @property
+  def text_to_text(self) -> bool:
+    """True for encoder-decoders and decoders (no head; they generate)."""
+    return self.interface in ("encdec", "decoder")
+
+  @property
+  def num_states(self) -> int:
+    """L+1, the length of the backbone's "layers" tuple."""
+    return self.config.num_layers + 1
+
+
+def check(spec: Spec, tokenizer, lengths: dict) -> None:
+  """Rejects combinations that cannot run, naming the problem."""
+  if spec.mode not in MODES:
+    raise ValueError(f"unknown fine-tuning mode {spec.mode!r}; use one of "
+                     f"{MODES}")
+  if spec.text_to_text and spec.mode not in ("full", "adapters"):
+    raise ValueError(f"{spec.family} ({spec.interface}) trains text-to-text "
+                     f"without a head: mode {spec.mode!r} has nothing to "
+                     "train; use 'full' or 'adapters'")
+  if not spec.text_to_text and spec.kind not in HEAD_KINDS:
+    raise ValueError(f"{spec.family} is an {spec.interface} with heads for "
+                     f"{HEAD_KINDS}; task kind {spec.kind!r} "
+                     "needs an encoder-decoder or a decoder")
+  if spec.mode == "adapters" and spec.interface == "lstm":
+    raise ValueError("elmo has no adapters (LSTMs); use mode 'full', "
+                     "'frozen' or 'scalar_mix'")
+  if tokenizer.vocab_size > spec.config.vocab_size:
+    raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but the "
+                     f"{spec.family} config only {spec.config.vocab_size}")
+  max_len = lengths["inputs"]
+  if spec.interface == "decoder" and lengths["targets"] >= max_len - 1:
+    raise ValueError(f"max_len {max_len} leaves no room for a prompt before "
+                     f"{lengths['targets']} target ids (max_target_len); "
+                     "raise max_len or lower max_target_len")
+  table = getattr(spec.config, "max_len", None)
+  if table is not None and max_len > table:
+    raise ValueError(f"max_len {max_len} exceeds the {spec.family} position "
+                     f"table ({table} rows)")
+
+
+def make_spec(family: str, config, task, *, mode: str = "full",
+              steps: int = 100, lr: float = 1e-4,
+              warmup_steps: int | None = None, weight_decay: float = 0.01,
+              adapter_dim: int = 16, pool: str = "auto") -> Spec:
+  """The `Spec` of fine-tuning `family` under `config` on `task`."""
+  if mode == "adapters" and not config.adapter_dim:
+    config = dataclasses.replace(config, adapter_dim=adapter_dim)
+  warmup = max(1, steps // 10) if warmup_steps is None else warmup_steps
+  interface = models.interface_of(family, config)
+  # Text-to-text runs have no head: without a label count in the spec,
+  # every task of a family shares one compiled step.
+  labels = 0 if interface in ("encdec", "decoder") else len(task.labels)
+  return Spec(family, config, interface, task.kind, mode, labels, steps, lr,
+              warmup, weight_decay,
+              pool=resolve_pool(family, pool))

@@ -1,0 +1,323 @@
+"""The cells of a comparison grid: checked, pre-trained, remembered.
+
+A grid (`configs/compare/*.py`, `get_config(arg)`) is a ConfigDict:
+
+  pretrain: one full training config (`configs.common.base_config()`)
+    that every cell shares, so every cell reads the same rows.
+  budget_tokens: pre-training tokens per cell; each cell trains
+    `ceil(budget_tokens / (batch_size * seq_len))` steps and its learning
+    rate schedule ends there.
+  cells: a list of dicts, one per scheme: `name`, `objective` ("" for a
+    random-init row), `model` (family), and optionally `size` (default
+    `pretrain.size`), `objective_args`, `model_args`, and `t5_row`
+    ("<table>/<row>" of `configs.compare.t5_tables.PUBLISHED`). Every
+    family of the grid gets a random-init row (`random_<family>`) whether
+    or not the grid lists one: the baseline its pre-trained rows are
+    compared with.
+  tasks: downstream classification tasks (`data.tasks.names()`).
+  seeds: few-shot training subsets (one fine-tuning run each).
+  minimal_pairs, probe, few_shot: the recipes of the three views
+    (`zoo.harness.minimal_pairs`, `.probe`, `.few_shot`).
+  report_split: the evaluation split the tables show.
+
+A cell's directory `DIR/cells/<name>/` is the trainer's workdir
+(config.json, checkpoints/, metrics.jsonl, tokenizer/) plus
+`pretrain.json` (final metrics, tokens, passes, wall time) and
+`views/<view>.json`, one per finished evaluation view. Rerunning skips
+what is on disk and resumes pre-training from the latest checkpoint.
+"""
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import time
+from typing import Any
+
+import flax.linen as nn
+import jax
+import ml_collections
+
+import objectives
+from zoo import checkpoint as ckpt_lib
+from zoo import models
+from zoo import train as train_mod
+from zoo import train_lib
+from zoo.metrics_log import read_metrics
+
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_-.")
+GRID_KEYS = ("pretrain", "budget_tokens", "cells", "tasks", "seeds",
+             "minimal_pairs", "probe", "few_shot")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  """One scheme of a grid: objective x model family x size."""
+  name: str
+  objective: str  # "" = no pre-training (random init)
+  model: str
+  size: str
+  objective_args: dict
+  model_args: dict
+  t5_row: str = ""
+
+  @property
+  def pretrained(self) -> bool:
+    """False for a random-init row."""
+    return bool(self.objective)
+
+  @property
+  def baseline(self) -> str:
+    """The name of the family's random-init row this row is compared with."""
+    return f"random_{self.model}"
+
+
+def _as_dict(value) -> dict:
+  if value is None:
+    return {}
+  return value.to_dict() if hasattr(value, "to_dict") else dict(value)
+
+
+def as_plain(value):
+  """A ConfigDict (or dict) as plain nested dicts, for JSON."""
+  return _as_dict(value)
+
+
+def parse_cells(grid) -> list[Cell]:
+  """The grid's cells, checked, plus a random-init row per family.
+
+  A listed cell without an objective is its family's random-init row and
+  takes the name `random_<family>`; families without one get one, placed
+  after the listed cells.
+
+  Raises:
+    ValueError: naming the first bad cell and what is wrong with it.
+  """
+  cells, seen = [], set()
+  for i, raw in enumerate(grid.cells):
+    cell = _parse_cell(grid, i, _as_dict(raw))
+    if cell.name in seen:
+      raise ValueError(f"grid cell name {cell.name!r} is repeated")
+    seen.add(cell.name)
+    cells.append(cell)
+  if not cells:
+    raise ValueError("the grid has no cells")
+  for cell in list(cells):
+    if cell.baseline not in seen:
+      seen.add(cell.baseline)
+      cells.append(Cell(cell.baseline, "", cell.model, cell.size, {},
+                        dict(cell.model_args)))
+  return cells
+
+
+def _parse_cell(grid, i: int, raw: dict) -> Cell:
+  """One grid entry as a `Cell` (random-init rows named for the family)."""
+  unknown = set(raw) - {f.name for f in dataclasses.fields(Cell)}
+  if unknown or "model" not in raw:
+    raise ValueError(f"grid cell {i} ({raw}) has unknown keys "
+                     f"{sorted(unknown)} or no 'model'")
+  objective = raw.get("objective", "") or ""
+  size = raw.get("size") or grid.pretrain.size
+  name = raw.get("name") or f"{objective}_{raw['model']}_{size}"
+  if not objective:
+    name = f"random_{raw['model']}"
+  if not set(name) <= _NAME_CHARS:
+    raise ValueError(f"grid cell name {name!r} is not made of lower-case "
+                     "letters, digits, '_', '-', '.'")
+  if objective and objective not in objectives.names():
+    raise ValueError(f"grid cell {name!r}: objective {objective!r} is not "
+                     f"registered; registered: {objectives.names()}")
+  if raw["model"] not in models.families():
+    raise ValueError(f"grid cell {name!r}: unknown model family "
+                     f"{raw['model']!r}; known: {models.families()}")
+  return Cell(name, objective, raw["model"], size,
+              _as_dict(raw.get("objective_args")),
+              _as_dict(raw.get("model_args")), raw.get("t5_row", "") or "")
+
+
+def check_grid(grid) -> list[Cell]:
+  """Validates the whole grid before anything runs; returns its cells."""
+  import data.tasks  # pylint: disable=import-outside-toplevel
+  for key in GRID_KEYS:
+    if key not in grid:
+      raise ValueError(f"the grid config lacks the key {key!r}")
+  unknown = sorted(set(grid.tasks) - set(data.tasks.names()))
+  if unknown or not grid.tasks:
+    raise ValueError(f"grid tasks {list(grid.tasks)}: unknown {unknown}; "
+                     f"known: {data.tasks.names()}")
+  kinds = {t: data.tasks.load(t).kind for t in grid.tasks}
+  if any(k != "class" for k in kinds.values()):
+    raise ValueError(f"the harness's views classify; tasks {kinds} must all "
+                     "be of kind 'class'")
+  if not grid.seeds or len(set(grid.seeds)) != len(grid.seeds):
+    raise ValueError(f"grid seeds {list(grid.seeds)} must be distinct and "
+                     "at least one")
+  if int(grid.budget_tokens) <= 0:
+    raise ValueError(f"budget_tokens {grid.budget_tokens} must be positive")
+  if grid.pretrain.data.source == "synthetic":
+    raise ValueError("the harness evaluates on real text, so pre-training "
+                     "needs a real text source with a tokenizer, not "
+                     "'synthetic'")
+  return parse_cells(grid)
+
+
+def budget_steps(grid) -> int:
+  """Pre-training steps that spend the grid's token budget (rounded up)."""
+  per_step = int(grid.pretrain.batch_size) * int(grid.pretrain.seq_len)
+  return max(1, -(-int(grid.budget_tokens) // per_step))
+
+
+def cell_config(grid, cell: Cell) -> ml_collections.ConfigDict:
+  """The cell's training config: the shared `pretrain` with its scheme,
+  trained for the budget's steps (the schedule's decay ends there)."""
+  config = ml_collections.ConfigDict(grid.pretrain.to_dict())
+  config.model, config.size = cell.model, cell.size
+  config.objective = cell.objective or "none"
+  config.objective_args = ml_collections.ConfigDict(cell.objective_args)
+  config.model_args = ml_collections.ConfigDict(cell.model_args)
+  config.steps = budget_steps(grid)
+  config.optimizer.decay_steps = -1
+  return config
+
+
+def fingerprint(*parts) -> str:
+  """A short hash of JSON-able parts (what a result depends on)."""
+  text = json.dumps([as_plain(p) for p in parts], sort_keys=True,
+                    default=str)
+  return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def read_json(path: str):
+  """A JSON file's value, or None when it does not exist."""
+  if not os.path.exists(path):
+    return None
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def write_json(path: str, value) -> None:
+  """Writes JSON atomically: a killed run never leaves half a file."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  tmp = path + ".tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    json.dump(value, f, indent=1, sort_keys=True)
+  os.replace(tmp, path)
+
+
+def flops_estimate(config, specials: objectives.Specials) -> dict[str, float]:
+  """Analytic pre-training FLOPs of a cell's config, from its param shapes.
+
+  Every token is taken to pass forward once through every weight matrix of
+  the objective's networks (so ELECTRA pays for generator and
+  discriminator, BART and T5 for encoder and decoder) and through one
+  vocabulary projection; attention adds `4 L T D` per token forward.
+  Training costs three forward passes (forward plus backward).
+
+  Returns:
+    {"flops_per_token", "tokens", "flops_total", "params"} as floats.
+  """
+  objective = train_lib.build_objective(config, specials)
+  seq_len = int(config.seq_len)
+  shapes = jax.eval_shape(objective.init, jax.random.key(0),
+                          train_lib.example_batch(seq_len))
+  flat = jax.tree_util.tree_flatten_with_path(nn.meta.unbox(shapes))[0]
+  vocab, matmul, vocab_proj, total = specials.vocab_size, 0, 0, 0
+  for path, leaf in flat:
+    size = math.prod(leaf.shape)
+    total += size
+    is_position = "pos" in jax.tree_util.keystr(path).lower()
+    if len(leaf.shape) < 2 or is_position:
+      continue
+    if vocab in leaf.shape:
+      vocab_proj = max(vocab_proj, size)
+    else:
+      matmul += size
+  model_cfg = objective.backbone(nn.meta.unbox(shapes))[1]
+  layers = getattr(model_cfg, "num_layers", 0) or 0
+  embed = getattr(model_cfg, "embed_dim", 0) or 0
+  stacks = 2 if objective.interface == "encdec" else 1
+  forward = 2 * (matmul + vocab_proj) + 4 * stacks * layers * seq_len * embed
+  tokens = float(int(config.steps) * int(config.batch_size) * seq_len)
+  return {"flops_per_token": 3.0 * forward, "tokens": tokens,
+          "flops_total": 3.0 * forward * tokens, "params": float(total)}
+
+
+def tokenizer_of(grid, celldir: str | None = None):
+  """The cell's saved tokenizer, else the one the grid's data names."""
+  import data  # pylint: disable=import-outside-toplevel
+  from data import tokenizer as tok_lib  # pylint: disable=import-outside-toplevel
+  saved = os.path.join(celldir, "tokenizer") if celldir else ""
+  if saved and os.path.isdir(saved):
+    return tok_lib.load_path(saved)
+  return data.load_tokenizer(grid.pretrain.data)
+
+
+def corpus_tokens(grid, tokenizer) -> int | None:
+  """Tokens of one pass over the pre-training split (the embedded sample's
+  training documents), or None for other sources."""
+  if grid.pretrain.data.source != "sample":
+    return None
+  from data import sample  # pylint: disable=import-outside-toplevel
+  folder = grid.pretrain.data.sample_dir or sample.default_dir()
+  return sample.train_token_count(folder, tokenizer)
+
+
+def pretrain(grid, cell: Cell, celldir: str, tokenizer) -> dict[str, Any]:
+  """Pre-trains the cell (resuming); returns its record: final train
+  metrics, "tokens", "passes" over the corpus and "seconds" of wall time."""
+  path = os.path.join(celldir, "pretrain.json")
+  done = read_json(path)
+  if done is not None:
+    return done
+  config = cell_config(grid, cell)
+  start = time.time()
+  final = train_mod.train(config, celldir)
+  if "loss" not in final:  # killed after its last save: the last log line
+    rows = read_metrics(celldir, "train")
+    final = rows[-1] if rows else final
+  record = {k: float(v) for k, v in final.items()
+            if isinstance(v, (int, float)) and k not in ("tokens_per_s",
+                                                         "time")}
+  tokens = int(config.steps) * int(config.batch_size) * int(config.seq_len)
+  corpus = corpus_tokens(grid, tokenizer)
+  record.update(tokens=float(tokens), seconds=time.time() - start,
+                passes=tokens / corpus if corpus else None)
+  write_json(path, record)
+  return record
+
+
+def backbone(grid, cell: Cell, celldir: str, specials):
+  """`(family, config, params)` a cell's views read.
+
+  A random-init row is the backbone its family's first pre-trained cell
+  would start from (same objective, same config, the grid's seed), so
+  the pair differs only in pre-training; a family with no pre-trained
+  cell starts from `models.make_config`.
+  """
+  if cell.pretrained:
+    config = cell_config(grid, cell)
+    state, _ = ckpt_lib.restore_replicated(celldir, int(config.steps))
+    return train_lib.build_objective(config, specials).backbone(
+        state["params"])
+  ref = next((c for c in parse_cells(grid)
+              if c.pretrained and c.model == cell.model), None)
+  if ref is None:
+    config = models.make_config(cell.model, cell.size,
+                                vocab_size=specials.vocab_size,
+                                **cell.model_args)
+    params = models.get(cell.model).Model(config).init(
+        jax.random.key(int(grid.pretrain.seed)),
+        *_sample_inputs(cell.model, config))["params"]
+    return cell.model, config, nn.meta.unbox(params)
+  objective = train_lib.build_objective(cell_config(grid, ref), specials)
+  params = objective.init(jax.random.key(int(grid.pretrain.seed)),
+                          train_lib.example_batch(int(grid.pretrain.seq_len)))
+  return objective.backbone(nn.meta.unbox(params))
+
+
+def _sample_inputs(family: str, config) -> tuple:
+  """Positional inputs of one row for a family's `init`."""
+  one = jax.numpy.ones((1, 8), jax.numpy.int32)
+  return (one, one) if models.interface_of(family, config) == "encdec" else (
+      one,)

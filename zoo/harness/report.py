@@ -1,0 +1,317 @@
+"""The harness's tables: results.json, results.md, results.csv, and the
+README section made from results.json.
+
+Every figure is a point value with its 95% bootstrap interval over
+evaluation examples and seeds (`zoo.harness.statistics`). Each row's view
+average is the mean over that view's tasks (phenomena for minimal pairs);
+each pre-trained row also shows its paired difference from its own
+family's random-init row (the same examples, seeds and resamples), marked
+`*` when the interval excludes zero. Rows that mirror the T5 paper carry
+its published figures, and Kendall's tau between our order and the
+paper's is printed with its interval.
+
+    python -m zoo.harness.report DIR [--readme README.md]
+"""
+
+import argparse
+import csv
+import json
+import os
+import zlib
+
+import numpy as np
+
+from zoo.harness import statistics as stats
+
+VIEWS = ("minimal_pairs", "probe", "few_shot")
+TITLES = {"minimal_pairs": "minimal pairs", "probe": "linear probe",
+          "few_shot": "few-shot"}
+CITATION = ("T5 paper column: published GLUE averages of Raffel et al. "
+            "2020, \"Exploring the Limits of Transfer Learning with a Unified "
+            "Text-to-Text Transformer\" (T5-base, 2^35 tokens), not results "
+            "of this zoo; only the order of rows is compared.")
+README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def _seed(item: str) -> int:
+  """The resampling seed of an item: the same for every row (pairing)."""
+  return zlib.crc32(item.encode())
+
+
+def _item(result: dict, item: str) -> tuple[stats.Interval, np.ndarray]:
+  """Interval and replicates of one task (or phenomenon) of a view."""
+  preds = np.asarray(result["preds"], np.float64)
+  labels = result.get("labels")
+  labels = np.asarray(labels) if labels is not None else None
+  return stats.summarize(preds, labels, result["metric"], seed=_seed(item))
+
+
+def view_summary(view_result: dict) -> dict:
+  """{"items": {item: Interval}, "average": Interval, "reps": [B]}."""
+  items, parts = {}, []
+  for item, result in view_result["tasks"].items():
+    iv, reps = _item(result, item)
+    items[item] = iv
+    parts.append((iv.mean, reps))
+  avg, reps = stats.average(parts)
+  return {"items": items, "average": avg, "reps": reps}
+
+
+def _row(record: dict) -> dict:
+  """A results row: identity, pre-training record, view summaries."""
+  return {"name": record["name"], "objective": record["objective"],
+          "model": record["model"], "size": record["size"],
+          "baseline": record["baseline"], "t5_row": record.get("t5_row", ""),
+          "pretrain": record["pretrain"],
+          "flops_total": record.get("flops_total", 0.0),
+          "flops_per_token": record.get("flops_per_token", 0.0),
+          "seconds": record["seconds"],
+          "views": {v: view_summary(record["views"][v]) for v in VIEWS}}
+
+
+def _deltas(rows: list[dict]) -> None:
+  """Adds each pre-trained row's paired difference from its baseline."""
+  by_name = {r["name"]: r for r in rows}
+  for row in rows:
+    base = by_name.get(row["baseline"])
+    for view, summary in row["views"].items():
+      summary["delta"] = None
+      if row["objective"] != "none" and base is not None:
+        other = base["views"][view]
+        summary["delta"] = stats.paired(
+            (summary["average"].mean, summary["reps"]),
+            (other["average"].mean, other["reps"]))
+
+
+def _kendall(rows: list[dict], published: dict) -> dict | None:
+  """Tau between the few-shot order of mirrored rows and the paper's."""
+  mirrored = [r for r in rows if r["t5_row"] in published]
+  if len(mirrored) < 3:
+    return None
+  reference = [published[r["t5_row"]]["GLUE"] for r in mirrored]
+  values = [r["views"]["few_shot"]["average"].mean for r in mirrored]
+  reps = np.stack([r["views"]["few_shot"]["reps"] for r in mirrored], 1)
+  tau = stats.tau_interval(reps, reference, values)
+  return {"view": "few_shot", "rows": [r["name"] for r in mirrored],
+          "tau": tau.to_json()}
+
+
+def build(grid, records: list[dict], floors: dict) -> dict:
+  """The results of a grid run as plain JSON-able data."""
+  rows = [_row(r) for r in records]
+  _deltas(rows)
+  published = grid.get("published", {})
+  published = published.to_dict() if hasattr(published, "to_dict") else dict(
+      published)
+  floor_views = {v: view_summary(floors[v]) for v in VIEWS if v in floors}
+  out = {"tasks": list(grid.tasks), "seeds": list(grid.seeds),
+         "split": grid.get("report_split", "validation"),
+         "budget_tokens": int(grid.budget_tokens),
+         "phenomena": list(records[0]["views"]["minimal_pairs"]["tasks"]),
+         "metrics": {t: r["metric"] for t, r in
+                     records[0]["views"]["probe"]["tasks"].items()},
+         "rows": [_plain(r) for r in rows],
+         "floors": {v: _plain_view(s) for v, s in floor_views.items()},
+         "published": {r["t5_row"]: published[r["t5_row"]] for r in rows
+                       if r["t5_row"] in published},
+         "kendall": _kendall(rows, published),
+         "profile": _profile(records, floors)}
+  return out
+
+
+def _profile(records: list[dict], floors: dict) -> dict:
+  """Seconds per stage (pre-training, each view, floors) over all cells."""
+  out = {}
+  for rec in records:
+    for stage, seconds in rec["seconds"].items():
+      out[stage] = round(out.get(stage, 0.0) + float(seconds), 1)
+  out["floors"] = round(float(floors.get("seconds", 0.0)), 1)
+  return out
+
+
+def _plain_view(summary: dict) -> dict:
+  """A view summary with intervals as [mean, low, high] lists."""
+  delta = summary.get("delta")
+  return {"items": {k: v.to_json() for k, v in summary["items"].items()},
+          "average": summary["average"].to_json(),
+          "delta": delta.to_json() if delta is not None else None,
+          "delta_excludes_zero": bool(delta.excludes_zero) if delta else None}
+
+
+def _plain(row: dict) -> dict:
+  return dict({k: v for k, v in row.items() if k != "views"},
+              views={v: _plain_view(s) for v, s in row["views"].items()})
+
+
+def _iv(x) -> str:
+  """`62.3 [58.1, 66.0]` of a [mean, low, high] list."""
+  return f"{x[0]:.1f} [{x[1]:.1f}, {x[2]:.1f}]"
+
+
+def _delta(view: dict) -> str:
+  """`+4.1 [1.2, 7.0]*` (the star: the interval excludes zero)."""
+  d = view.get("delta")
+  if d is None:
+    return ""
+  star = "*" if view["delta_excludes_zero"] else ""
+  return f"{d[0]:+.1f} [{d[1]:+.1f}, {d[2]:+.1f}]{star}"
+
+
+def _budget(row: dict) -> str:
+  """`1.70M tok, 1.0 passes, 45 s` of a pre-trained row."""
+  pre = row["pretrain"]
+  if not pre:
+    return "random init"
+  passes = f", {pre['passes']:.2f} passes" if pre.get("passes") else ""
+  return f"{pre['tokens'] / 1e6:.2f}M tok{passes}, {pre['seconds']:.0f} s"
+
+
+def main_table(results: dict) -> list[str]:
+  """One line per row: budget, and each view's average with its delta."""
+  head = ["row", "model", "pre-training"]
+  for v in VIEWS:
+    head += [TITLES[v], "Δ vs random"]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for r in results["rows"]:
+    cells = [r["name"], r["model"], _budget(r)]
+    for v in VIEWS:
+      cells += [_iv(r["views"][v]["average"]), _delta(r["views"][v])]
+    lines.append("| " + " | ".join(cells) + " |")
+  floor = results["floors"]
+  cells = ["floor: trigram LM / bag of words", "-", "-"]
+  for v in VIEWS:
+    cells += [_iv(floor[v]["average"]) if v in floor else "", ""]
+  lines.append("| " + " | ".join(cells) + " |")
+  return lines
+
+
+def item_table(results: dict, view: str) -> list[str]:
+  """A view's per-task (or per-phenomenon) figures, one line per row."""
+  items = results["phenomena"] if view == "minimal_pairs" else [
+      f"{t}" for t in results["tasks"]]
+  names = [i if view == "minimal_pairs" else
+           f"{i} ({results['metrics'][i]})" for i in items]
+  head = ["row"] + names + ["average"]
+  lines = [f"**{TITLES[view]}**", "", "| " + " | ".join(head) + " |",
+           "|" + "---|" * len(head)]
+  rows = results["rows"] + ([{"name": "floor", "views": results["floors"]}]
+                            if view in results["floors"] else [])
+  for r in rows:
+    summary = r["views"][view]
+    lines.append("| " + " | ".join(
+        [r["name"]] + [_iv(summary["items"][i]) for i in items]
+        + [_iv(summary["average"])]) + " |")
+  return lines
+
+
+def _t5_lines(results: dict) -> list[str]:
+  """Our few-shot averages beside the T5 paper's GLUE, and Kendall's tau."""
+  k = results.get("kendall")
+  if not k:
+    return []
+  pub = results["published"]
+  by_name = {r["name"]: r for r in results["rows"]}
+  lines = ["| row | few-shot | T5 paper GLUE |", "|---|---|---|"]
+  for name in k["rows"]:
+    r = by_name[name]
+    lines.append(f"| {name} | {_iv(r['views']['few_shot']['average'])} | "
+                 f"{pub[r['t5_row']]['GLUE']:.2f} |")
+  tau = k["tau"]
+  return lines + ["", f"Kendall's tau between the few-shot order and the "
+                  f"paper's: {tau[0]:+.2f} [{tau[1]:+.2f}, {tau[2]:+.2f}].",
+                  CITATION]
+
+
+def markdown(results: dict) -> str:
+  """The results as GitHub markdown, with a legend."""
+  seeds = len(results["seeds"])
+  lines = main_table(results) + ["", (
+      f"Scores on the {results['split']} split (every example), point value "
+      f"[95% bootstrap interval over examples and the {seeds} few-shot "
+      "training sets]. Δ: paired difference from the family's random-init "
+      "row; * marks an interval that excludes zero. Minimal pairs: percent "
+      "of pairs whose grammatical sentence scores higher (50 = chance). "
+      "Probe: L2 logistic regression on frozen features (scalar mix of "
+      "all layers, mean-pooled). Few-shot: full fine-tuning on K examples "
+      "per class, text-to-text rows ranked over the label strings."), ""]
+  for view in VIEWS:
+    lines += item_table(results, view) + [""]
+  lines += _t5_lines(results)
+  prof = ", ".join(f"{k} {v:.0f} s" for k, v in results["profile"].items())
+  lines += ["", f"Time spent: {prof}."]
+  return "\n".join(lines) + "\n"
+
+
+def write_csv(path: str, results: dict) -> None:
+  """One line per row: identity, budget, each view's average and delta."""
+  cols = ["name", "objective", "model", "size", "tokens", "passes",
+          "seconds"]
+  with open(path, "w", newline="", encoding="utf-8") as f:
+    out = csv.writer(f)
+    out.writerow(cols + [f"{v}_{s}" for v in VIEWS for s in
+                         ("mean", "low", "high", "delta", "delta_low",
+                          "delta_high")])
+    for r in results["rows"]:
+      pre = r["pretrain"]
+      line = [r["name"], r["objective"], r["model"], r["size"],
+              pre.get("tokens", 0), pre.get("passes") or 0,
+              pre.get("seconds", 0)]
+      for v in VIEWS:
+        line += r["views"][v]["average"] + (r["views"][v]["delta"]
+                                            or [None] * 3)
+      out.writerow(line)
+
+
+def write_all(workdir: str, results: dict) -> str:
+  """Writes results.{json,md,csv} into `workdir`; returns the markdown."""
+  text = markdown(results)
+  with open(os.path.join(workdir, "results.md"), "w", encoding="utf-8") as f:
+    f.write(text)
+  write_csv(os.path.join(workdir, "results.csv"), results)
+  with open(os.path.join(workdir, "results.json"), "w",
+            encoding="utf-8") as f:
+    json.dump(results, f, indent=1, sort_keys=True)
+  return text
+
+
+def read(workdir: str) -> dict:
+  """The results.json of a harness workdir."""
+  path = os.path.join(workdir, "results.json")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{workdir} has no results.json; has the harness "
+                            "finished there?")
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def update_readme(readme: str, workdir: str, command: str) -> None:
+  """Replaces the README's results section with `workdir`'s tables."""
+  with open(readme, encoding="utf-8") as f:
+    text = f.read()
+  if README_START not in text or README_END not in text:
+    raise ValueError(f"{readme} has no {README_START} ... {README_END} block")
+  body = (f"{README_START}\nGenerated by `python -m zoo.harness.report "
+          f"{workdir} --readme {os.path.basename(readme)}` from the "
+          f"results.json of `{command}`.\n\n"
+          + markdown(read(workdir)) + README_END)
+  start, end = text.index(README_START), text.index(README_END)
+  with open(readme, "w", encoding="utf-8") as f:
+    f.write(text[:start] + body + text[end + len(README_END):])
+
+
+def main(argv=None) -> None:
+  """`python -m zoo.harness.report DIR [--readme README.md]`."""
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("workdir")
+  parser.add_argument("--readme", default=None)
+  parser.add_argument("--command", default="make demo",
+                      help="the command that made DIR, quoted in the README")
+  args = parser.parse_args(argv)
+  if args.readme:
+    update_readme(args.readme, args.workdir, args.command)
+  else:
+    print(markdown(read(args.workdir)))
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,170 @@
+"""Runs a grid: pre-trains every cell, reads it three ways, reports.
+
+    python -m zoo.compare --config configs/compare/demo.py --workdir DIR
+
+For each cell (in grid order, random-init rows included): pre-training
+(`cells.pretrain`), then the views `minimal_pairs`, `probe` and
+`few_shot`, each written to `DIR/cells/<cell>/views/<view>.json` as soon
+as it is done; then the non-neural floors (`DIR/floors.json`), and the
+tables and plots (`report`, `plots`). A rerun reads back what is on disk
+and resumes a killed pre-training from its checkpoint; a result made under
+another recipe is refused rather than mixed in.
+"""
+
+import os
+import sys
+import time
+
+from tqdm import tqdm
+
+import objectives
+from zoo import loading
+from zoo.harness import baselines
+from zoo.harness import cells as cells_lib
+from zoo.harness import few_shot
+from zoo.harness import minimal_pairs
+from zoo.harness import plots
+from zoo.harness import probe
+from zoo.harness import report
+
+VIEWS = ("minimal_pairs", "probe", "few_shot")
+
+
+class _Inputs:
+  """What every cell of a grid reads: tokenizer, pairs, tasks (loaded once)."""
+
+  def __init__(self, grid):
+    import data.minimal_pairs  # pylint: disable=import-outside-toplevel
+    import data.tasks  # pylint: disable=import-outside-toplevel
+    self.tokenizer = cells_lib.tokenizer_of(grid)
+    self.specials = objectives.Specials(**self.tokenizer.specials())
+    self.split = grid.get("report_split", "validation")
+    sample_dir = grid.pretrain.data.sample_dir or None
+    self.pairs = data.minimal_pairs.load(
+        sample_dir, self.tokenizer, int(grid.minimal_pairs.n))
+    self.tasks = {t: data.tasks.load(t) for t in grid.tasks}
+
+
+def _view(grid, cell, inputs: _Inputs, view: str, loaded) -> dict:
+  """Computes one view of a cell's backbone."""
+  recipe = cells_lib.as_plain(grid[view])
+  if view == "minimal_pairs":
+    return minimal_pairs.run(loaded, inputs.pairs)
+  if view == "probe":
+    return {"tasks": {name: probe.run(loaded, task, inputs.split, recipe)
+                      for name, task in inputs.tasks.items()}}
+  backbone = (loaded.family, loaded.config,
+              loaded.params if cell.pretrained else None)
+  return {"tasks": {name: few_shot.run(backbone, task, inputs.tokenizer,
+                                       recipe, list(grid.seeds),
+                                       inputs.split)
+                    for name, task in inputs.tasks.items()}}
+
+
+def view_key(grid, cell, view: str) -> str:
+  """The fingerprint of everything a view's result depends on."""
+  return cells_lib.fingerprint(cells_lib.cell_config(grid, cell), grid[view],
+                               list(grid.tasks), list(grid.seeds),
+                               grid.get("report_split", "validation"), view)
+
+
+def _stored(path: str, key: str, celldir: str):
+  """A stored view result, None if absent; another grid's is an error."""
+  found = cells_lib.read_json(path)
+  if found is not None and found.get("fingerprint") != key:
+    raise ValueError(
+        f"{path} was made under another grid (config, recipe, tasks or "
+        f"seeds changed); use a new --workdir or delete {celldir}")
+  return found
+
+
+def run_cell(grid, cell, celldir: str, inputs: _Inputs, tick) -> dict:
+  """Pre-trains (if needed) and evaluates one cell; returns its record."""
+  record = {"name": cell.name, "objective": cell.objective or "none",
+            "model": cell.model, "size": cell.size, "t5_row": cell.t5_row,
+            "baseline": cell.baseline, "pretrain": {}, "views": {},
+            "seconds": {}}
+  if cell.pretrained:
+    tick(f"{cell.name}: pre-training")
+    record["pretrain"] = cells_lib.pretrain(grid, cell, celldir,
+                                            inputs.tokenizer)
+    record["seconds"]["pretrain"] = record["pretrain"]["seconds"]
+    record.update(cells_lib.flops_estimate(
+        cells_lib.cell_config(grid, cell), inputs.specials))
+    tick(None)
+  loaded = None
+  for view in VIEWS:
+    tick(f"{cell.name}: {view}")
+    path = os.path.join(celldir, "views", f"{view}.json")
+    key = view_key(grid, cell, view)
+    result = _stored(path, key, celldir)
+    if result is None:
+      start = time.time()
+      loaded = loaded or _load(grid, cell, celldir, inputs)
+      result = dict(_view(grid, cell, inputs, view, loaded), fingerprint=key,
+                    seconds=time.time() - start)
+      cells_lib.write_json(path, result)
+    record["views"][view] = result
+    record["seconds"][view] = result["seconds"]
+    tick(None)
+  return record
+
+
+def _load(grid, cell, celldir: str, inputs: _Inputs) -> loading.Loaded:
+  """The cell's backbone as a `Loaded` (what a notebook user would get)."""
+  family, config, params = cells_lib.backbone(grid, cell, celldir,
+                                              inputs.specials)
+  return loading.Loaded(family, config, params, inputs.tokenizer, None,
+                        celldir)
+
+
+def floors(grid, workdir: str, inputs: _Inputs) -> dict:
+  """The non-neural floor of every view (cached in DIR/floors.json)."""
+  path = os.path.join(workdir, "floors.json")
+  key = cells_lib.fingerprint(grid.minimal_pairs, grid.few_shot,
+                              list(grid.tasks), list(grid.seeds),
+                              inputs.split, grid.pretrain.data)
+  found = cells_lib.read_json(path)
+  if found is not None and found.get("fingerprint") == key:
+    return found
+  start = time.time()
+  out = baselines.floors(inputs.pairs, inputs.tasks, inputs.tokenizer,
+                         grid, inputs.split)
+  out.update(fingerprint=key, seconds=time.time() - start)
+  cells_lib.write_json(path, out)
+  return out
+
+
+def run(grid, workdir: str) -> dict:
+  """Runs (or resumes) every cell, then writes tables and plots.
+
+  Returns:
+    The results (`report.build`), also written to DIR/results.json.
+  """
+  cells = cells_lib.check_grid(grid)
+  os.makedirs(os.path.join(workdir, "cells"), exist_ok=True)
+  inputs = _Inputs(grid)
+  steps = sum(len(VIEWS) + cell.pretrained for cell in cells) + 1
+  bar = tqdm(total=steps, desc="harness", dynamic_ncols=True,
+             file=sys.stderr)
+  tick = lambda text: bar.set_postfix_str(text) if text else bar.update(1)
+  records = [run_cell(grid, cell, os.path.join(workdir, "cells", cell.name),
+                      inputs, tick) for cell in cells]
+  tick("floors")
+  floor = floors(grid, workdir, inputs)
+  tick(None)
+  bar.close()
+  return finish(grid, workdir, cells, records, floor)
+
+
+def finish(grid, workdir: str, cells, records: list[dict],
+           floor: dict) -> dict:
+  """Writes results.{md,csv,json} and the plots; returns the results."""
+  results = report.build(grid, records, floor)
+  report.write_all(workdir, results)
+  tokens_per_step = int(grid.pretrain.batch_size) * int(grid.pretrain.seq_len)
+  plots.plot_losses(workdir, [c.name for c in cells if c.pretrained],
+                    os.path.join(workdir, "losses.png"), tokens_per_step)
+  plots.plot_views(results, os.path.join(workdir, "views.png"))
+  plots.plot_finetuning(records, os.path.join(workdir, "finetuning.png"))
+  return results
