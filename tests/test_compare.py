@@ -14,7 +14,11 @@ import pytest
 
 import objectives
 from configs.compare import demo, family, smoke, t5_tables
-from zoo import compare_lib, models, report
+import flax.linen as nn
+
+from zoo import models, train_lib
+from zoo.harness import cells
+from zoo.harness import run as harness_run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -62,51 +66,53 @@ def _rows(workdir: str) -> list[dict]:
     return json.load(f)["rows"]
 
 
+_VOLATILE = ("seconds", "profile")
+
+
+def _stable(value):
+  """results.json without wall-clock times (which differ run to run)."""
+  if isinstance(value, dict):
+    return {k: _stable(v) for k, v in value.items() if k not in _VOLATILE}
+  if isinstance(value, list):
+    return [_stable(v) for v in value]
+  return value
+
+
+def _results(workdir: str) -> dict:
+  with open(os.path.join(workdir, "results.json"), encoding="utf-8") as f:
+    return _stable(json.load(f))
+
+
 def test_smoke_grid_runs_end_to_end_and_resumes_after_sigkill(tmp_path):
   cache = str(tmp_path / "jax_cache")
   whole, killed = str(tmp_path / "whole"), str(tmp_path / "killed")
   out, _ = _finish(_harness(whole, cache))
-  assert "| mlm | mlm | bert |" in out  # the table is printed
+  assert "| mlm | bert |" in out  # the table is printed
   for name in ("results.md", "results.csv", "results.json", "losses.png",
-               "tasks.png"):
+               "views.png", "finetuning.png"):
     assert os.path.getsize(os.path.join(whole, name)) > 0, name
-  rows = _rows(whole)
-  assert [r["name"] for r in rows] == ["mlm", "no_pretraining"]
-  mlm, none = rows
-  assert mlm["flops_total"] > 0 and none["flops_total"] == 0
-  assert len(mlm["scores"]["trec"]) == 2
-  assert none["published"]["GLUE"] == 66.22  # the paper's, labelled
-  with open(os.path.join(whole, "results.md"), encoding="utf-8") as f:
-    assert "Raffel et al. 2020" in f.read()
+  results = _results(whole)
+  rows = {r["name"]: r for r in results["rows"]}
+  assert list(rows) == ["mlm", "clm", "random_bert", "random_gpt2"]
+  assert rows["mlm"]["pretrain"]["tokens"] == 8 * 8 * 64
+  assert rows["random_bert"]["pretrain"] == {}
+  for row in rows.values():
+    views = row["views"]
+    assert set(views) == {"minimal_pairs", "probe", "few_shot"}
+    assert len(views["minimal_pairs"]["items"]) >= 5
+    for view in views.values():
+      mean, low, high = view["average"]
+      assert low <= mean <= high
+      assert (view["delta"] is None) == row["name"].startswith("random_")
+  assert set(results["floors"]) == {"minimal_pairs", "probe", "few_shot"}
 
   _kill_after_checkpoint(killed, cache)
-  assert not os.path.exists(os.path.join(killed, "cells", "mlm", "done.json"))
   _, err = _finish(_harness(killed, cache))
   assert "resumed from step" in err
-  assert _rows(killed) == rows
-  # A finished grid reruns from its done markers alone.
+  assert _results(killed) == results
+  # A finished grid reruns from what is on disk alone.
   _, err = _finish(_harness(killed, cache))
-  assert "resumed from step" not in err and _rows(killed) == rows
-
-
-def _fake_result(name: str, scores: dict[str, list[float]]) -> dict:
-  runs = {t: [{"seed": i, "score": s} for i, s in enumerate(v)]
-          for t, v in scores.items()}
-  return {"name": name, "objective": name, "model": "bert", "size": "tiny",
-          "t5_row": "", "flops_per_token": 1.0, "flops_total": 2.0,
-          "pretrain": {"loss": 3.0}, "runs": runs}
-
-
-def test_summary_means_and_stds_over_seeds_and_tasks():
-  rows = report.summarize(
-      [_fake_result("a", {"x": [1.0, 3.0], "y": [10.0, 20.0]})], ["x", "y"])
-  assert rows[0]["tasks"]["x"] == pytest.approx((2.0, 2 ** 0.5))
-  # Average per seed first: (1+10)/2, (3+20)/2.
-  assert rows[0]["average"] == pytest.approx((8.5, 18 ** 0.5))
-  text = report.markdown(rows, ["x", "y"], {"x": "accuracy", "y": "f1"},
-                         "validation")
-  assert "| a | a | bert |" in text and "2.00 ± 1.41" in text
-  assert "T5 paper" not in text  # no mirrored row, no published column
+  assert "resumed from step" not in err and _results(killed) == results
 
 
 def test_flops_estimate_charges_electra_and_bart_more_than_mlm():
@@ -115,17 +121,53 @@ def test_flops_estimate_charges_electra_and_bart_more_than_mlm():
   est = {}
   for name, model in (("mlm", "bert"), ("electra", "electra"),
                       ("bart", "bart")):
-    if name not in objectives.names():
-      continue
-    cell = compare_lib.Cell(name, name, model, "tiny", {}, {})
-    est[name] = compare_lib.flops_estimate(
-        compare_lib.cell_config(grid, cell), specials)
+    cell = cells.Cell(name, name, model, "tiny", {}, {})
+    est[name] = cells.flops_estimate(cells.cell_config(grid, cell), specials)
   assert est["bart"]["flops_per_token"] > est["mlm"]["flops_per_token"]
-  if "electra" in est:
-    assert est["electra"]["params"] > 0
-  budget = demo.PRETRAIN_STEPS * 16 * 64
+  assert est["electra"]["params"] > 0
+  budget = cells.budget_steps(grid) * demo.BATCH * demo.SEQ_LEN
+  assert budget >= grid.budget_tokens
   assert est["mlm"]["flops_total"] == pytest.approx(
       est["mlm"]["flops_per_token"] * budget)
+
+
+def test_budget_sets_steps_and_the_schedule_ends_there():
+  grid = demo.get_config("tokens=100000")
+  config = cells.cell_config(grid, cells.parse_cells(grid)[0])
+  assert config.steps == -(-100000 // (demo.BATCH * demo.SEQ_LEN))
+  assert config.optimizer.decay_steps == -1  # decay ends at `steps`
+  assert demo.get_config().budget_tokens >= 1_704_280  # >= one pass
+
+
+def test_every_family_gets_its_random_init_row():
+  grid = demo.get_config()
+  parsed = cells.parse_cells(grid)
+  names = [c.name for c in parsed]
+  for cell in parsed:
+    assert cell.baseline in names
+  assert names[-3:] == ["random_bert", "random_gpt2", "random_t5"]
+  # A listed random-init row is renamed for its family and not repeated.
+  grid.cells = list(grid.cells) + [dict(name="none", objective="",
+                                        model="bert")]
+  names = [c.name for c in cells.parse_cells(grid)]
+  assert names.count("random_bert") == 1
+
+
+def test_random_init_row_has_the_pretrained_backbone_architecture(tmp_path):
+  grid = smoke.get_config()
+  specials = objectives.Specials(vocab_size=8000)
+  parsed = {c.name: c for c in cells.parse_cells(grid)}
+  family, config, params = cells.backbone(grid, parsed["random_bert"],
+                                          str(tmp_path), specials)
+  objective = train_lib.build_objective(
+      cells.cell_config(grid, parsed["mlm"]), specials)
+  shapes = jax.eval_shape(objective.init, jax.random.key(0),
+                          train_lib.example_batch(64))
+  ref_family, ref_config, ref_params = objective.backbone(
+      nn.meta.unbox(shapes))
+  assert (family, config) == (ref_family, ref_config)
+  assert (jax.tree_util.tree_structure(params) ==
+          jax.tree_util.tree_structure(ref_params))
 
 
 def test_bad_grids_get_clear_errors():
@@ -133,54 +175,63 @@ def test_bad_grids_get_clear_errors():
   bad = ml_collections.ConfigDict(grid.to_dict())
   bad.cells = [dict(name="x", objective="no_such_scheme", model="bert")]
   with pytest.raises(ValueError, match="no_such_scheme.*not registered"):
-    compare_lib.check_grid(bad)
-  bad.cells = [dict(name="x", model="bert"), dict(name="x", model="bert")]
+    cells.check_grid(bad)
+  bad.cells = [dict(name="x", objective="mlm", model="bert"),
+               dict(name="x", objective="mlm", model="bert")]
   with pytest.raises(ValueError, match="repeated"):
-    compare_lib.check_grid(bad)
+    cells.check_grid(bad)
   bad = ml_collections.ConfigDict(grid.to_dict())
   bad.tasks = ["no_such_task"]
   with pytest.raises(ValueError, match="no_such_task"):
-    compare_lib.check_grid(bad)
+    cells.check_grid(bad)
+  bad.tasks = ["vader"]
+  with pytest.raises(ValueError, match="kind 'class'"):
+    cells.check_grid(bad)
+  bad = ml_collections.ConfigDict(grid.to_dict())
+  del bad["budget_tokens"]
+  with pytest.raises(ValueError, match="budget_tokens"):
+    cells.check_grid(bad)
 
 
-def test_done_cell_of_another_grid_is_refused(tmp_path):
+def test_a_view_of_another_grid_is_refused(tmp_path):
   grid = smoke.get_config()
-  cell = compare_lib.parse_cells(grid)[1]
-  compare_lib.write_json(str(tmp_path / compare_lib.DONE),
-                         {"fingerprint": "something-else"})
-  with pytest.raises(ValueError, match="different grid"):
-    compare_lib.run_cell(grid, cell, str(tmp_path))
+  cell = cells.parse_cells(grid)[0]
+  path = tmp_path / "views" / "probe.json"
+  cells.write_json(str(path), {"fingerprint": "something-else"})
+  with pytest.raises(ValueError, match="another grid"):
+    harness_run._stored(str(path), harness_run.view_key(grid, cell, "probe"),
+                        str(tmp_path))
 
 
 def test_shipped_grids_are_valid():
-  for module in (demo, t5_tables, smoke):
+  for module in (demo, t5_tables, smoke, family):
     grid = module.get_config()
-    compare_lib.parse_cells(grid)
+    cells.parse_cells(grid)
     assert len(grid.seeds) >= 2
   assert len(demo.get_config().seeds) >= 3
-  names = {c["objective"] for c in demo.get_config().cells}
-  assert {"", "clm", "mlm", "t5_span", "electra", "bart"} <= names
   assert len(demo.TASKS) >= 3
   rows = {c["t5_row"] for c in t5_tables.get_config().cells}
   assert rows <= set(t5_tables.PUBLISHED) and len(rows) == 14
   fam = family.get_config()
   assert objectives.aliases() == {"t5": "t5_span"}
   schemes = set(objectives.names()) - set(objectives.aliases())
-  assert {c["objective"] for c in fam.cells} == schemes | {""}
+  assert {c["objective"] for c in fam.cells} == schemes
+  with pytest.raises(ValueError, match="tokens="):
+    demo.get_config("steps=3")
 
 
 def test_every_family_cell_backbone_loads_for_finetuning():
   """Each scheme's `backbone()` fits the model fine-tuning builds (shapes
   only: params are zeros of the abstract init)."""
-  from zoo import finetune, train_lib  # pylint: disable=import-outside-toplevel
+  from zoo import finetune  # pylint: disable=import-outside-toplevel
   import data.tasks  # pylint: disable=import-outside-toplevel
   grid = family.get_config()
   specials = objectives.Specials(vocab_size=512)
   task = data.tasks.load("trec")
-  for cell in compare_lib.parse_cells(grid):
+  for cell in cells.parse_cells(grid):
     if not cell.pretrained:
       continue
-    config = compare_lib.cell_config(grid, cell)
+    config = cells.cell_config(grid, cell)
     objective = train_lib.build_objective(config, specials)
     example = train_lib.example_batch(int(config.seq_len))
     shapes = jax.eval_shape(objective.init, jax.random.key(0), example)

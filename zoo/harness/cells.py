@@ -80,8 +80,14 @@ def _as_dict(value) -> dict:
 
 
 def as_plain(value):
-  """A ConfigDict (or dict) as plain nested dicts, for JSON."""
-  return _as_dict(value)
+  """ConfigDicts (nested in dicts, lists or tuples) as plain JSON-able data."""
+  if hasattr(value, "to_dict"):
+    value = value.to_dict()
+  if isinstance(value, dict):
+    return {k: as_plain(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [as_plain(v) for v in value]
+  return value
 
 
 def parse_cells(grid) -> list[Cell]:

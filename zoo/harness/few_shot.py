@@ -36,7 +36,7 @@ def subset(task, k: int, seed: int) -> list[dict]:
   return [out[i] for i in order]
 
 
-def _with_train(task, train: list[dict]):
+def with_train(task, train: list[dict]):
   """The task with its train split replaced."""
   return dataclasses.replace(task, splits={**task.splits, "train": train})
 
@@ -60,7 +60,7 @@ def run(backbone: tuple, task, tokenizer, recipe: dict, seeds, split: str
   kwargs = {k: v for k, v in recipe.items() if k not in _OWN}
   preds, losses = [], []
   for seed in seeds:
-    shots = _with_train(task, subset(task, int(recipe["k"]), int(seed)))
+    shots = with_train(task, subset(task, int(recipe["k"]), int(seed)))
     _, state = finetune_lib.finetune(*backbone, shots, tokenizer,
                                      seed=int(seed), splits=(split,),
                                      return_state=True, **kwargs)

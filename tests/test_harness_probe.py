@@ -1,0 +1,66 @@
+"""Tests of zoo.harness.probe: the L2 logistic-regression probe."""
+
+import numpy as np
+
+from zoo.harness import probe
+
+
+def _blobs(n, f, c, seed=0, spread=3.0):
+  rng = np.random.default_rng(seed)
+  centers = rng.normal(size=(c, f)) * spread
+  labels = rng.integers(0, c, n)
+  x = centers[labels] + rng.normal(size=(n, f))
+  return x.astype(np.float32), labels.astype(np.int32)
+
+
+def test_recovers_gaussian_blobs():
+  x, y = _blobs(600, 16, 3)
+  fitted = probe.fit(x[:400], y[:400], 3)
+  assert fitted.layer_weights is None
+  assert np.mean(probe.predict(fitted, x[:400]) == y[:400]) == 1.0
+  assert np.mean(probe.predict(fitted, x[400:]) == y[400:]) >= 0.95
+  p = probe.probabilities(fitted, x[400:])
+  assert p.shape == (200, 3) and p.dtype == np.float32
+  np.testing.assert_allclose(p.sum(-1), 1.0, atol=1e-5)
+  assert probe.predict(fitted, x).dtype == np.int32
+
+
+def test_scalar_mix_finds_the_signal_layer():
+  rng = np.random.default_rng(1)
+  x, y = _blobs(500, 12, 3, seed=1, spread=0.6)
+  layers = rng.normal(size=(500, 5, 12)).astype(np.float32)
+  layers[:, 3] = x
+  fitted = probe.fit(layers[:350], y[:350], 3)
+  w = fitted.layer_weights
+  assert w.shape == (5,) and abs(w.sum() - 1) < 1e-5
+  assert w.argmax() == 3 and w[3] > 0.5
+  held = np.mean(probe.predict(fitted, layers[350:]) == y[350:])
+  alone = probe.fit(x[:350], y[:350], 3)
+  assert held >= np.mean(probe.predict(alone, x[350:]) == y[350:]) - 0.05
+
+
+def test_deterministic():
+  x, y = _blobs(200, 8, 4, seed=2, spread=0.5)
+  a, b = probe.fit(x, y, 4), probe.fit(x, y, 4)
+  np.testing.assert_array_equal(a.weights, b.weights)
+  np.testing.assert_array_equal(a.bias, b.bias)
+
+
+def test_standardised_features_ignore_scale():
+  x, y = _blobs(300, 6, 3, seed=3, spread=0.8)
+  scaled = x.copy()
+  scaled[:, 2] *= 1000.0
+  scaled[:, 4] += 50.0
+  a = probe.fit(x[:200], y[:200], 3)
+  b = probe.fit(scaled[:200], y[:200], 3)
+  np.testing.assert_array_equal(probe.predict(a, x[200:]),
+                                probe.predict(b, scaled[200:]))
+  np.testing.assert_allclose(a.weights, b.weights, atol=1e-3)
+
+
+def test_constant_feature_is_harmless():
+  x, y = _blobs(100, 4, 2, seed=4)
+  x[:, 1] = 7.0
+  fitted = probe.fit(x, y, 2)
+  assert np.all(np.isfinite(fitted.weights))
+  assert np.mean(probe.predict(fitted, x) == y) == 1.0

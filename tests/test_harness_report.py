@@ -1,0 +1,107 @@
+"""The harness's report: intervals, paired deltas, floors, tau, README."""
+
+import os
+
+import ml_collections
+import numpy as np
+import pytest
+
+from zoo.harness import plots
+from zoo.harness import report
+
+N = 400
+
+
+def _view(rng, p_correct: float, seeds: int, labels) -> dict:
+  """A class view whose predictions are right with probability p."""
+  preds = [np.where(rng.random(N) < p_correct, labels, 1 - labels).tolist()
+           for _ in range(seeds)]
+  return {"metric": "accuracy", "labels": labels.tolist(), "preds": preds,
+          "losses": [[2.0, 1.5, 1.0]] * seeds}
+
+
+def _record(name, model, objective, p, t5_row=""):
+  rng = np.random.default_rng(abs(hash(name)) % 2**32)
+  labels = np.random.default_rng(0).integers(0, 2, N)
+  pairs = {ph: {"metric": "mean", "preds": [
+      (rng.random(N) < p).astype(float).tolist()]} for ph in ("agr", "refl")}
+  pretrained = objective != "none"
+  return {"name": name, "objective": objective, "model": model,
+          "size": "tiny", "t5_row": t5_row, "baseline": f"random_{model}",
+          "pretrain": ({"tokens": 1e6, "passes": 1.2, "seconds": 30.0,
+                        "loss": 3.0} if pretrained else {}),
+          "seconds": {"probe": 1.0},
+          "views": {"minimal_pairs": {"tasks": pairs},
+                    "probe": {"tasks": {"t": _view(rng, p, 1, labels)}},
+                    "few_shot": {"tasks": {"t": _view(rng, p, 3, labels)}}}}
+
+
+def _grid(published=None):
+  g = ml_collections.ConfigDict()
+  g.tasks, g.seeds, g.budget_tokens = ["t"], [0, 1, 2], 10**6
+  g.report_split = "validation"
+  g.published = published or {}
+  return g
+
+
+@pytest.fixture(scope="module")
+def results():
+  records = [_record("good", "bert", "mlm", 0.8),
+             _record("same", "bert", "nsp", 0.5),
+             _record("random_bert", "bert", "none", 0.5)]
+  floor = _record("floor", "-", "-", 0.6)["views"]
+  return report.build(_grid(), records, floor)
+
+
+def test_pretrained_rows_carry_paired_deltas_marked_when_clear(results):
+  rows = {r["name"]: r for r in results["rows"]}
+  good = rows["good"]["views"]["few_shot"]
+  assert good["delta"][1] > 0 and good["delta_excludes_zero"]
+  assert rows["random_bert"]["views"]["probe"]["delta"] is None
+  same = rows["same"]["views"]["minimal_pairs"]
+  assert abs(same["delta"][0]) < 10
+  for row in rows.values():
+    for view in row["views"].values():
+      mean, low, high = view["average"]
+      assert low <= mean <= high
+
+
+def test_markdown_holds_every_view_floor_and_stars(results):
+  text = report.markdown(results)
+  assert "| good | bert |" in text and "floor: trigram LM" in text
+  assert "*" in text.split("\n")[2]  # the good row's clear deltas
+  for title in ("minimal pairs", "linear probe", "few-shot"):
+    assert f"**{title}**" in text
+  assert "Kendall" not in text
+
+
+def test_kendall_tau_against_the_published_order():
+  published = {f"t/{i}": {"GLUE": float(g)} for i, g in
+               enumerate((60, 70, 80))}
+  records = [_record(f"r{i}", "t5", "t5_span", p, f"t/{i}")
+             for i, p in enumerate((0.55, 0.7, 0.9))]
+  records.append(_record("random_t5", "t5", "none", 0.5))
+  out = report.build(_grid(published), records,
+                     _record("floor", "-", "-", 0.6)["views"])
+  tau = out["kendall"]["tau"]
+  assert tau[0] == pytest.approx(1.0) and tau[1] <= tau[0] <= tau[2]
+  assert "Kendall's tau" in report.markdown(out)
+
+
+def test_results_files_plots_and_readme_section(results, tmp_path):
+  report.write_all(str(tmp_path), results)
+  for name in ("results.md", "results.csv", "results.json"):
+    assert os.path.getsize(tmp_path / name) > 0
+  assert report.read(str(tmp_path))["rows"][0]["name"] == "good"
+  readme = tmp_path / "README.md"
+  readme.write_text(f"intro\n{report.README_START}\nold\n"
+                    f"{report.README_END}\nrest\n")
+  report.update_readme(str(readme), str(tmp_path), "make demo")
+  text = readme.read_text()
+  assert "old" not in text and "| good | bert |" in text
+  assert text.startswith("intro") and text.endswith("rest\n")
+  readme.write_text("no markers")
+  with pytest.raises(ValueError, match="results:start"):
+    report.update_readme(str(readme), str(tmp_path), "make demo")
+  plots.plot_views(results, str(tmp_path / "views.png"))
+  assert os.path.getsize(tmp_path / "views.png") > 0
