@@ -6,6 +6,7 @@
     m.embed(["a sentence", ...])["hidden"]      # [B, T, D]
     m.fill_mask("the <mask> sat on the mat")     # encoders with an LM head
     m.generate("translate: ...")                 # decoders, encoder-decoders
+    m.score(["a sentence", ...])                 # [N] log-likelihoods
 
 A workdir's params are restored replicated over the local devices, whatever
 mesh (and however many processes) saved them. Its latest complete
@@ -29,8 +30,9 @@ import objectives
 from zoo import checkpoint as ckpt_lib
 from zoo import generate as gen_lib
 from zoo import models
+from zoo import scoring
 from zoo import train_lib
-from zoo.finetune_lib import interface_of
+from zoo.models import interface_of
 
 MASK_MARKERS = ("<mask>", "[MASK]")
 
@@ -186,6 +188,28 @@ class Loaded:
       raise ValueError(f"generate needs a decoder or an encoder-decoder; "
                        f"{self.family} is an {face}")
     return tok.decode(gen_lib.trim(ids, eos)[0])
+
+  def score(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+    """float32 [N]: each text's log-likelihood by the family's natural
+    scoring (`zoo.scoring`; `scoring.method(family, config)` names it).
+
+    Texts are scored `batch_size` at a time, grouped by length; a text's
+    score does not depend on the texts batched with it.
+
+    Raises:
+      ValueError: the family has no natural sentence score.
+    """
+    texts = list(texts)
+    scoring.method(self.family, self.config)
+    specials = self._tok().specials()
+    order = np.argsort([len(t) for t in texts], kind="stable")
+    out = np.zeros(len(texts), np.float32)
+    for start in range(0, len(texts), batch_size):
+      idx = order[start:start + batch_size]
+      tokens = self.batch([texts[i] for i in idx])
+      out[idx] = scoring.score(self.family, self.config, self.params, tokens,
+                               specials)
+    return out
 
 
 def _split_masks(text: str) -> list[str]:

@@ -1,0 +1,246 @@
+"""`zoo.scoring`: each family's score equals its definition, computed by hand.
+
+Brute-force references run the plain `model.apply` once per masked piece,
+build the encoder-decoder inputs with the objectives' own transforms, and
+read the objectives' own loss conventions.
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import objectives
+import zoo
+from configs.compare import smoke
+from objectives import common
+from objectives import noise
+from objectives import t5 as t5_objective
+from objectives import transforms
+from tests.fast_params import fast_params
+from zoo import loading, models, scoring, train
+
+SPECIALS = objectives.Specials(vocab_size=512)
+FAMILIES = ("bert", "roberta", "albert", "distilbert", "unilm", "gpt2", "t5",
+            "bart", "electra", "elmo")
+METHODS = {"gpt2": "causal", "t5": "sentinel", "bart": "sentinel",
+           "electra": "discriminator", "elmo": "bidirectional_lm"}
+
+
+def _tokens() -> np.ndarray:
+  """int32 [2,7]: `pieces eos` rows, the first right-padded (pad 0)."""
+  ids = np.random.RandomState(0).randint(7, 400, (2, 7)).astype(np.int32)
+  ids[:, -1] = SPECIALS.eos
+  ids[0, 3], ids[0, 4:] = SPECIALS.eos, SPECIALS.pad
+  return ids
+
+
+def _setup(family: str, **overrides):
+  """(config, model, unboxed random params) of a tiny family."""
+  config = models.make_config(family, "tiny", **overrides)
+  model = models.get(family).Model(config)
+  tok = jnp.asarray(_tokens())
+  args = (tok, tok) if models.interface_of(family, config) == "encdec" else (
+      tok,)
+  return config, model, nn.meta.unbox(fast_params(model, *args)["params"])
+
+
+def _score(family, config, params, tokens):
+  return scoring.score(family, config, params, tokens, SPECIALS)
+
+
+def _ordinary(row: np.ndarray) -> list[int]:
+  """Positions of the ordinary pieces of one row (what masking may touch)."""
+  return list(np.flatnonzero(np.asarray(noise.eligible(row, SPECIALS))))
+
+
+def _log_softmax(logits) -> np.ndarray:
+  return np.asarray(jax.nn.log_softmax(jnp.asarray(logits, jnp.float32)))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_method_names(family):
+  config = models.make_config(family, "tiny")
+  assert scoring.method(family, config) == METHODS.get(family, "pll")
+
+
+def test_mlm_variants_of_other_families_use_pll():
+  for family, kw in (("t5", {"encoder_only": True}),
+                     ("electra", {"role": "generator"})):
+    assert scoring.method(family, models.make_config(
+        family, "tiny", **kw)) == "pll"
+
+
+def test_pll_equals_masking_one_piece_at_a_time():
+  config, model, params = _setup("bert")
+  apply = jax.jit(lambda t: model.apply({"params": params}, t)["logits"])
+  tokens = _tokens()
+  want = []
+  for row in tokens:
+    total = 0.0
+    for t in _ordinary(row):
+      masked = row.copy()
+      masked[t] = SPECIALS.mask
+      total += _log_softmax(apply(jnp.asarray(masked[None]))[0, t])[row[t]]
+    want.append(total)
+  np.testing.assert_allclose(_score("bert", config, params, tokens), want,
+                             rtol=0, atol=1e-5)
+
+
+def test_causal_sums_next_token_log_probs_from_the_second_piece():
+  config, model, params = _setup("gpt2")
+  tokens = _tokens()
+  logp = _log_softmax(model.apply({"params": params},
+                                  jnp.asarray(tokens))["logits"])
+  want = [sum(logp[b, t - 1, tokens[b, t]]
+              for t in range(1, tokens.shape[1]) if tokens[b, t] != 0)
+          for b in range(len(tokens))]
+  np.testing.assert_allclose(_score("gpt2", config, params, tokens), want,
+                             rtol=0, atol=1e-5)
+
+
+def _t5_reference(model, params, row) -> float:
+  """Sum over t of log p(x_t) in `t5_span`'s format for the span {t}."""
+  doc = jnp.asarray((row != 0).astype(np.int32)[None])
+  tok = jnp.asarray(row[None])
+  total = 0.0
+  for t in _ordinary(row):
+    mask = jnp.zeros_like(tok, bool).at[0, t].set(True)
+    enc = transforms.noise_span_to_unique_sentinel(tok, mask, doc, SPECIALS,
+                                                   len(row))
+    dec = transforms.nonnoise_span_to_unique_sentinel(tok, mask, doc,
+                                                      SPECIALS, len(row))
+    assert list(dec["tokens"][0, :2]) == [SPECIALS.sentinel(0), row[t]]
+    dec_in = common.shift_right(dec["tokens"], dec["segment_ids"], 0)
+    logits = model.apply({"params": params}, enc["tokens"], dec_in,
+                         enc_segment_ids=enc["segment_ids"],
+                         dec_segment_ids=dec["segment_ids"])["logits"]
+    total += _log_softmax(logits[0, 1])[row[t]]
+  return total
+
+
+def _bart_reference(model, config, params, row) -> float:
+  """Sum over t of log p(x_t) with x_t masked, the original row decoded."""
+  doc = jnp.asarray((row != 0).astype(np.int32)[None])
+  dec = t5_objective.original({"tokens": jnp.asarray(row[None]),
+                               "doc_ids": doc}, len(row))
+  dec_in = common.shift_right(dec["tokens"], dec["segment_ids"],
+                              config.decoder_start_id)
+  total = 0.0
+  for t in _ordinary(row):
+    masked = row.copy()
+    masked[t] = SPECIALS.mask
+    logits = model.apply({"params": params}, jnp.asarray(masked[None]),
+                         dec_in, dec_segment_ids=dec["segment_ids"])["logits"]
+    total += _log_softmax(logits[0, t])[row[t]]
+  return total
+
+
+def test_sentinel_scoring_equals_the_objectives_formats():
+  tokens = _tokens()
+  config, model, params = _setup("t5")
+  want = [_t5_reference(model, params, row) for row in tokens]
+  np.testing.assert_allclose(_score("t5", config, params, tokens), want,
+                             rtol=0, atol=1e-5)
+  config, model, params = _setup("bart")
+  want = [_bart_reference(model, config, params, row) for row in tokens]
+  np.testing.assert_allclose(_score("bart", config, params, tokens), want,
+                             rtol=0, atol=1e-5)
+
+
+def test_elmo_adds_the_forward_and_backward_lms():
+  config, model, params = _setup("elmo")
+  tokens = _tokens()
+  out = model.apply({"params": params}, jnp.asarray(tokens))
+  fwd, bwd = (_log_softmax(out[k]) for k in ("forward_logits",
+                                             "backward_logits"))
+  want = []
+  for b, row in enumerate(tokens):
+    n = int((row != 0).sum())
+    want.append(sum(fwd[b, t - 1, row[t]] for t in range(1, n))
+                + sum(bwd[b, t + 1, row[t]] for t in range(n - 1)))
+  np.testing.assert_allclose(_score("elmo", config, params, tokens), want,
+                             rtol=0, atol=1e-5)
+
+
+def test_electra_scores_every_piece_as_original():
+  config, model, params = _setup("electra")
+  tokens = _tokens()
+  logits = model.apply({"params": params}, jnp.asarray(tokens))["logits"]
+  real = tokens != 0
+  got = _score("electra", config, params, tokens)
+  # The electra objective's loss with every label "original" (False).
+  for b in range(len(tokens)):
+    sums = common.binary_sums(logits[b:b + 1], np.zeros((1, 7), bool),
+                              real[b:b + 1])
+    np.testing.assert_allclose(got[b], -sums["loss_sum"], rtol=0, atol=1e-5)
+  want = np.where(real, jax.nn.log_sigmoid(-logits), 0).sum(1)
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+  assert (got < 0).all()
+
+
+@pytest.mark.parametrize("family,overrides", [(f, {}) for f in FAMILIES] + [
+    ("t5", {"encoder_only": True}), ("electra", {"role": "generator"})])
+def test_a_score_does_not_depend_on_padding_or_batch(family, overrides):
+  config, _, params = _setup(family, **overrides)
+  tokens = _tokens()
+  alone = _score(family, config, params, tokens[:1, :4])
+  together = _score(family, config, params, tokens)
+  assert together.shape == (2,) and together.dtype == np.float32
+  assert np.isfinite(together).all()
+  np.testing.assert_allclose(together[0], alone[0], rtol=0, atol=1e-5)
+
+
+def test_more_masked_copies_than_one_chunk(monkeypatch):
+  config, _, params = _setup("bert")
+  tokens = _tokens()
+  want = _score("bert", config, params, tokens)
+  monkeypatch.setattr(scoring, "CHUNK_TOKENS", 8)  # one copy per call
+  np.testing.assert_allclose(_score("bert", config, params, tokens), want,
+                             rtol=0, atol=1e-5)
+
+
+def test_unscorable_families_are_a_clear_error():
+  config = models.make_config("elmo", "tiny", char_cnn=True)
+  with pytest.raises(ValueError, match="elmo"):
+    scoring.method("elmo", config)
+  with pytest.raises(ValueError, match="elmo"):
+    _score("elmo", config, {}, _tokens())
+  with pytest.raises(ValueError, match="xlnet"):
+    scoring.method("xlnet", config)
+
+
+TEXTS = ["the river bank was muddy", "a bank raised its rates again today",
+         "hello", "she paid money into the bank"]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+  """A tiny GPT-2 trained with clm for two steps (one checkpoint)."""
+  c = smoke.get_config().pretrain
+  c.model, c.objective = "gpt2", "clm"
+  c.steps, c.checkpoint_every, c.log_every = 2, 2, 2
+  path = str(tmp_path_factory.mktemp("score") / "run")
+  train.train(c, path)
+  return path
+
+
+def test_loaded_score_through_zoo_load(workdir):
+  m = zoo.load(workdir)
+  got = m.score(TEXTS, batch_size=3)
+  assert got.shape == (len(TEXTS),) and got.dtype == np.float32
+  specials = m.tokenizer.specials()
+  for text, value in zip(TEXTS, got):
+    want = scoring.score(m.family, m.config, m.params, m.batch([text]),
+                         specials)
+    np.testing.assert_allclose(value, want[0], rtol=0, atol=1e-4)
+  assert m.score([]).shape == (0,)
+
+
+def test_loaded_score_of_an_unscorable_family_names_it(workdir):
+  m = zoo.load(workdir)
+  config = models.make_config("elmo", "tiny", char_cnn=True)
+  bad = loading.Loaded("elmo", config, {}, m.tokenizer, None, "nowhere")
+  with pytest.raises(ValueError, match="elmo"):
+    bad.score(TEXTS)

@@ -1,0 +1,230 @@
+"""Sentence log-likelihoods: each family scored the way it was pre-trained.
+
+    m = zoo.load(path)
+    m.score(["the cat sat on the mat", "the mat sat on the cat"])  # [2]
+
+`score(family, config, params, tokens, specials)` returns one float per
+row of right-padded ids (`Loaded.batch`); `method(family, config)` names
+what it sums, over the row's real (non-pad) pieces x_0 .. x_{n-1}:
+
+- "causal" (decoders: gpt2): sum_{t>=1} log p(x_t | x_<t), the row's final
+  EOS included. x_0 is not scored: `clm` keeps packed documents apart
+  (attention, positions and targets restart at each document), so a
+  document's first piece is never a pre-training target and no EOS of a
+  previous document is ever its context.
+- "pll" (MLM encoders: bert, roberta, albert, distilbert, unilm, an
+  ELECTRA generator, an encoder-only t5): the pseudo-log-likelihood of
+  Salazar et al. 2020, sum_t log p(x_t | the row with x_t replaced by the
+  mask id), over the ordinary pieces (not pad, eos, cls, sep, bos, mask).
+- "sentinel" (encoder-decoders), over the ordinary pieces, each x_t masked
+  alone in the encoder input as the family's denoising objective masks a
+  one-piece span:
+  t5: x_t becomes sentinel 0; the decoder is teacher-forced on `t5_span`'s
+  target for that span (`<s0> x_t <s1> eos`, or `<s0> x_t eos` when x_t is
+  the last piece before EOS) after the start id, and the score of t is
+  log p(x_t | start, <s0>) at decoder position 1 (the decoder is causal, so
+  only `start <s0>` is fed; sentinel and EOS log-probs are not counted).
+  bart: x_t becomes the mask id (text infilling of one piece); the decoder
+  is teacher-forced on the whole original row after `decoder_start_id`,
+  and the score of t is log p(x_t | x_<t, encoder) at decoder position t.
+- "bidirectional_lm" (elmo): sum_{t>=1} log p_fwd(x_t | x_<t) plus
+  sum_{t<n-1} log p_bwd(x_t | x_>t), the pairs `bilm` trains on (the
+  forward LM predicts through the EOS, the backward LM from it).
+- "discriminator" (an ELECTRA discriminator): sum_t log sigmoid(-s_t) over
+  every real piece (EOS, cls and sep included, as `electra` labels them),
+  s_t the replaced-token logit (s_t > 0: "replaced"): the log-probability
+  that the discriminator calls every piece original. Not a language-model
+  likelihood: it is not normalised over texts.
+
+Masked copies are built per (row, piece) and run in chunks of about
+`CHUNK_TOKENS` pieces. Letters: B batch, T length, V vocab, C chunk rows.
+"""
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import objectives
+from objectives import noise
+from zoo import models
+
+CHUNK_TOKENS = 4096  # pieces per model call (rows x length)
+_BY_INTERFACE = {"decoder": "causal", "encoder": "pll",
+                 "encdec": "sentinel", "lstm": "bidirectional_lm"}
+_ENCDEC = ("t5", "bart")  # encoder-decoders whose infilling format is known
+# Encoder families whose forward takes `logits_at` (the head runs there only).
+_LOGITS_AT = ("bert", "roberta", "albert", "distilbert", "unilm", "electra")
+
+
+def method(family: str, config) -> str:
+  """The scoring of a family under a config (see the module docstring).
+
+  Returns:
+    "causal", "pll", "sentinel", "bidirectional_lm" or "discriminator".
+
+  Raises:
+    ValueError: the family is unknown or has no natural sentence score.
+  """
+  face = models.interface_of(family, config)
+  if family == "electra":
+    roles = {"discriminator": "discriminator", "generator": "pll"}
+    if config.role not in roles:
+      raise ValueError(f"electra role {config.role!r} has no sentence score")
+    return roles[config.role]
+  how = _BY_INTERFACE.get(face)
+  if how is None or (face == "encdec" and family not in _ENCDEC):
+    raise ValueError(f"{family} ({face} interface) has no natural sentence "
+                     f"score; scored: decoders, MLM encoders, {_ENCDEC}, "
+                     "token-table elmo, electra")
+  if face == "lstm" and getattr(config, "char_cnn", False):
+    raise ValueError(f"{family} with char_cnn=True reads character ids, "
+                     "which score() is not given; score a token-table ELMo")
+  return how
+
+
+def score(family: str, config, params, tokens: np.ndarray,
+          specials) -> np.ndarray:
+  """Each row's log-likelihood by the family's natural scoring.
+
+  Args:
+    family: model family name.
+    config: the family's `Config`.
+    params: the model's params (boxed or not).
+    tokens: int32 [B,T] ids, right-padded with config.pad_id.
+    specials: `tokenizer.specials()` (a dict) or an `objectives.Specials`.
+
+  Returns:
+    float32 [B]: summed log-probabilities (natural log), see `method`.
+  """
+  how = method(family, config)
+  params = nn.meta.unbox(params)
+  tokens = _pad_length(np.asarray(tokens, np.int32), config)
+  b, t = tokens.shape
+  if how in ("causal", "bidirectional_lm", "discriminator"):
+    fn = lambda rows: _row_scores(family, config, params, jnp.asarray(rows))
+    return _chunked(fn, (tokens,), b, t)
+  sp = _specials(config, specials)
+  ordinary = (tokens != config.pad_id) & np.asarray(
+      noise.eligible(tokens, sp))
+  rows, at = np.nonzero(ordinary)
+  fill = sp.sentinel(0) if family == "t5" and how == "sentinel" else sp.mask
+  fn = lambda r, a: _masked_scores(family, config, params,
+                                   jnp.asarray(tokens[r]), jnp.asarray(a),
+                                   fill)
+  per_piece = _chunked(fn, (rows, at), len(rows), t)
+  return np.bincount(rows, per_piece, minlength=b).astype(np.float32)
+
+
+def _specials(config, specials) -> objectives.Specials:
+  if isinstance(specials, objectives.Specials):
+    return specials
+  return objectives.Specials(**{"vocab_size": config.vocab_size,
+                                **specials})
+
+
+def _pad_length(tokens: np.ndarray, config) -> np.ndarray:
+  """tokens [B,T] padded to a multiple of 8 (within config.max_len), so
+  rows of nearby lengths share one compiled program."""
+  t = tokens.shape[1]
+  want = -(-t // 8) * 8
+  limit = getattr(config, "max_len", None)
+  if limit:
+    want = max(t, min(want, limit))
+  return np.pad(tokens, ((0, 0), (0, want - t)),
+                constant_values=config.pad_id)
+
+
+def _chunked(fn, arrays, n: int, length: int) -> np.ndarray:
+  """float32 [n]: fn over chunks of the leading axis of `arrays`.
+
+  Chunks hold C = min(CHUNK_TOKENS // length, next power of 2 >= n) items
+  (few distinct shapes to compile); the last is filled with item 0 and its
+  extra outputs dropped.
+  """
+  size = min(max(1, CHUNK_TOKENS // length), 1 << max(n - 1, 0).bit_length())
+  out = []
+  for start in range(0, n, size):
+    idx = np.arange(start, start + size)
+    idx[idx >= n] = 0
+    out.append(np.asarray(fn(*(a[idx] for a in arrays)), np.float32))
+  return np.concatenate(out)[:n] if out else np.zeros(0, np.float32)
+
+
+def _feed(tokens, pad_id: int):
+  """tokens with padding mapped to a valid id (a pad_id of -1 means none)."""
+  return jnp.where(tokens == pad_id, max(pad_id, 0), tokens)
+
+
+def _token_logprobs(logits, targets):
+  """log softmax(logits)[..., targets]: [..., V], [...] -> [...] float32."""
+  logits = logits.astype(jnp.float32)
+  true = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+  return true - jax.nn.logsumexp(logits, axis=-1)
+
+
+@functools.partial(jax.jit, static_argnames=("family", "config"))
+def _row_scores(family, config, params, tokens):
+  """float32 [C]: causal, biLM or discriminator scores of tokens [C,T]."""
+  how = method(family, config)
+  model = models.get(family).Model(config)
+  real = tokens != config.pad_id
+  feed = _feed(tokens, config.pad_id)
+  out = model.apply({"params": params}, feed,
+                    segment_ids=real.astype(jnp.int32))
+  nxt = real[:, 1:]
+  if how == "discriminator":
+    return jnp.where(real, jax.nn.log_sigmoid(-out["logits"]), 0.0).sum(1)
+  if how == "causal":
+    lp = _token_logprobs(out["logits"][:, :-1], feed[:, 1:])
+    return jnp.where(nxt, lp, 0.0).sum(1)
+  fwd = _token_logprobs(out["forward_logits"][:, :-1], feed[:, 1:])
+  bwd = _token_logprobs(out["backward_logits"][:, 1:], feed[:, :-1])
+  return jnp.where(nxt, fwd + bwd, 0.0).sum(1)
+
+
+@functools.partial(jax.jit, static_argnames=("family", "config"))
+def _masked_scores(family, config, params, rows, at, fill):
+  """float32 [C]: log p(rows[i, at[i]]) with that piece replaced by `fill`.
+
+  Args:
+    rows: int32 [C,T] original rows. at: int32 [C] the masked position.
+    fill: int32 scalar, the mask or sentinel id put there.
+  """
+  i = jnp.arange(rows.shape[0])
+  target = rows[i, at]
+  seg = (rows != config.pad_id).astype(jnp.int32)
+  enc = _feed(rows.at[i, at].set(fill), config.pad_id)
+  logits = _masked_logits(family, config, params, enc, seg, at, fill,
+                          _feed(rows, config.pad_id))
+  return _token_logprobs(logits, target)
+
+
+def _masked_logits(family, config, params, enc, seg, at, fill, rows):
+  """[C,V] logits where the masked piece of each row is predicted."""
+  model = models.get(family).Model(config)
+  variables = {"params": params}
+  if method(family, config) == "pll":
+    if family in _LOGITS_AT:
+      return model.apply(variables, enc, segment_ids=seg,
+                         logits_at=at[:, None])["logits"][:, 0]
+    logits = model.apply(variables, enc, segment_ids=seg)["logits"]
+    return logits[jnp.arange(enc.shape[0]), at]
+  start = getattr(config, "decoder_start_id", config.pad_id)
+  if family == "t5":
+    dec = jnp.stack([jnp.full_like(at, start), jnp.full_like(at, fill)], 1)
+    return model.apply(variables, enc, dec, enc_segment_ids=seg)[
+        "logits"][:, 1]
+  dec = jnp.concatenate([jnp.full_like(rows[:, :1], start), rows[:, :-1]], 1)
+  return model.apply(variables, enc, dec, at, seg, method=_decoder_logits_at)
+
+
+def _decoder_logits_at(module, enc, dec, at, seg):
+  """BART: [C,V] decoder logits at positions at [C] only (the unused
+  all-position logits of `decode` are dropped by the compiler)."""
+  hidden = module.encode(enc, enc_segment_ids=seg)["encoder_hidden"]
+  h = module.decode(dec, hidden, enc_segment_ids=seg)["hidden"]
+  h = jnp.take_along_axis(h, at[:, None, None], axis=1)  # [C,1,D]
+  return (module.token_embed.attend(h) + module.final_logits_bias)[:, 0]
