@@ -209,3 +209,14 @@ def test_shared_stack_and_cross_attention_block():
   chex.assert_shape(cross.apply(variables, x, encoded=enc), (2, 5, 8))
   with pytest.raises(ValueError, match="encoded"):
     cross.apply(variables, x)
+
+
+def test_position_tables_can_start_sinusoidal():
+  init = layers.position_init("sinusoidal")
+  table = np.asarray(init(jax.random.key(0), (64, 32)))
+  np.testing.assert_allclose(np.sqrt(np.mean(table ** 2)), 0.02, rtol=1e-3)
+  codes = np.asarray(layers.sinusoidal(jnp.arange(64)[None], 32)[0])
+  np.testing.assert_allclose(table, 0.02 * np.sqrt(2.0) * codes, rtol=1e-6)
+  assert layers.position_init("normal") is layers.default_init
+  with pytest.raises(ValueError, match="unknown position init"):
+    layers.position_init("rotary")

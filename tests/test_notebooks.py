@@ -69,6 +69,7 @@ def test_notebook_executes(path, harness, monkeypatch):
   if name.startswith("probe"):
     assert "cosine of the contextual vectors" in text and "step 8" in text
   elif name.startswith("compare"):
-    assert "best average:" in text and "tasks: ['trec']" in text
+    assert "few_shot: best" in text and "tasks: ['trec']" in text
   else:
     assert "validation/accuracy" in text and "random init:" in text
+    assert "log-likelihood, grammatical:" in text

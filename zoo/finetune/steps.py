@@ -8,7 +8,6 @@ every call with the same backbone, task kind and mode.
 Letters: B batch, T length, S encoder length, D embed, C classes, L layers.
 """
 
-import dataclasses
 import functools
 from typing import Any
 

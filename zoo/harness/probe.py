@@ -1,8 +1,15 @@
-"""An L2-regularised logistic-regression probe on frozen features.
+"""The linear-probe view: an L2 logistic regression on frozen features.
 
+    view = run(zoo.load(path), task, "validation", {"max_len": 64})
     probe = fit(features, labels, num_classes)      # [N, F] or [N, L, F]
     predict(probe, held_out)                         # int32 [N]
     probe.layer_weights                              # [L] softmax, or None
+
+`run` reads every layer of a frozen backbone, mean-pooled over each text's
+real pieces (`features`; encoder states of encoder-decoders, hidden states
+of decoders), fits on the task's whole train split and predicts the whole
+evaluation split, once from the scalar mix of all layers and once from the
+last layer alone.
 
 One fixed recipe (`Recipe`) for every row of the harness: features are
 standardised with the train mean and std, the probe starts at zero, and a

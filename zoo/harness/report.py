@@ -163,7 +163,9 @@ def _budget(row: dict) -> str:
   if not pre:
     return "random init"
   passes = f", {pre['passes']:.2f} passes" if pre.get("passes") else ""
-  return f"{pre['tokens'] / 1e6:.2f}M tok{passes}, {pre['seconds']:.0f} s"
+  tokens = pre["tokens"]
+  size = f"{tokens / 1e6:.2f}M" if tokens >= 1e5 else f"{tokens / 1e3:.1f}k"
+  return f"{size} tokens{passes}, {pre['seconds']:.0f} s"
 
 
 def main_table(results: dict) -> list[str]:

@@ -42,6 +42,7 @@ class Config:
   mlp_dim: int = 3072  # F
   max_len: int = 512  # rows of the position table
   position_offset: int = 0  # added to positions (RoBERTa: pad_id + 1)
+  position_init: str = "normal"  # "normal" or "sinusoidal" (layers.position_init)
   type_vocab_size: int = 2  # token types (segments A/B)
   activation: str = "gelu"  # MLP and MLM-transform activation
   norm_eps: float = 1e-12  # LayerNorm epsilon
@@ -132,12 +133,14 @@ class Embeddings(nn.Module):
   norm_eps: float = 1e-12
   dropout_rate: float = 0.1
   dtype: str = "float32"
+  position_init: str = "normal"
 
   def setup(self):
     self.token = layers.Embed(self.vocab_size, self.features,
                               dtype=self.dtype)
-    self.position = layers.Embed(self.max_len, self.features,
-                                 axes=("positions", "embed"))
+    self.position = layers.Embed(
+        self.max_len, self.features, axes=("positions", "embed"),
+        embedding_init=layers.position_init(self.position_init))
     if self.type_vocab_size:
       self.token_type = layers.Embed(self.type_vocab_size, self.features,
                                      axes=("classes", "embed"))
@@ -196,7 +199,7 @@ class Model(nn.Module):
     c = self.config
     self.embeddings = Embeddings(
         c.vocab_size, c.embed_dim, c.max_len, c.type_vocab_size, c.norm_eps,
-        c.dropout_rate, c.dtype)
+        c.dropout_rate, c.dtype, c.position_init)
     self.encoder = blocks.Stack(c.block(), c.num_layers, scan=c.scan_layers,
                                 remat=c.remat)
     if c.pooler:

@@ -37,6 +37,7 @@ class Config:
   num_heads: int = 12  # N
   mlp_dim: int = 3072  # F
   max_len: int = 1024  # rows of the position table
+  position_init: str = "normal"  # "normal" or "sinusoidal" (layers.position_init)
   activation: str = "gelu_tanh"  # MLP activation
   norm_eps: float = 1e-5  # LayerNorm epsilon
   attention_impl: str = "auto"  # see layers.attention
@@ -77,8 +78,9 @@ class Model(nn.Module):
   def setup(self):
     c = self.config
     self.token = layers.Embed(c.vocab_size, c.embed_dim, dtype=c.dtype)
-    self.position = layers.Embed(c.max_len, c.embed_dim,
-                                 axes=("positions", "embed"))
+    self.position = layers.Embed(
+        c.max_len, c.embed_dim, axes=("positions", "embed"),
+        embedding_init=layers.position_init(c.position_init))
     self.dropout = layers.Dropout(c.dropout_rate)
     self.decoder = blocks.Stack(c.block(), c.num_layers, scan=c.scan_layers,
                                 remat=c.remat)

@@ -158,6 +158,24 @@ class Embed(nn.Module):
     return einsum("btd,vd->btv", x, self.embedding, compute_dtype(self.dtype))
 
 
+def position_init(kind: str) -> Initializer:
+  """The init of a learned position table [P, D]: "normal" (N(0, 0.02)),
+  or "sinusoidal" (the sine/cosine codes of each row, scaled to the same
+  per-entry RMS, so positions are distinct and relative offsets linear in
+  them from the first step)."""
+  if kind == "normal":
+    return default_init
+  if kind != "sinusoidal":
+    raise ValueError(f"unknown position init {kind!r}; use 'normal' or "
+                     "'sinusoidal'")
+
+  def init(key, shape, dtype=jnp.float32):
+    del key
+    codes = sinusoidal(jnp.arange(shape[0])[None], shape[1])[0]
+    return (0.02 * np.sqrt(2.0) * codes).astype(dtype)
+  return init
+
+
 def sinusoidal(positions: Array, features: int,
                max_timescale: float = 1e4) -> Array:
   """Transformer sine/cosine position codes.
