@@ -14,6 +14,7 @@ def get_config(arg: str | None = None):
                 tasks=("trec",), seeds=(0, 1), budget=8 * 8 * 64,
                 ft_steps=6, k=4)
   g.pretrain.batch_size = 8
+  g.pretrain.data.vocab_size = 8000  # the tokenizer `make data` builds
   g.pretrain.seq_len = 64
   g.pretrain.checkpoint_every = 2
   g.pretrain.log_every = 2

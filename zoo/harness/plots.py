@@ -51,10 +51,21 @@ def plot_losses(workdir: str, names: list[str], path: str,
 VIEWS = ("minimal_pairs", "probe", "few_shot")
 
 
+def _colors(rows: list[dict]) -> dict[str, str]:
+  """One color per model family, in order of first appearance."""
+  out = {}
+  for row in rows:
+    out.setdefault(row.get("model", "-"), f"C{len(out)}")
+  return out
+
+
 def plot_views(results: dict, path: str) -> str:
-  """Grouped bars: one group per view, one bar per row (and the floor),
-  with the 95% interval as error bars."""
-  rows = results["rows"] + [{"name": "floor", "views": results["floors"]}]
+  """Grouped bars: one group per view, one bar per row (a family's color;
+  its random-init row hatched) and the floor (grey), with the 95%
+  interval as error bars."""
+  rows = results["rows"] + [{"name": "floor", "model": "-",
+                             "views": results["floors"]}]
+  colors = _colors(results["rows"])
   fig, ax = plt.subplots(figsize=(max(7, 0.5 * len(rows) * len(VIEWS)), 4.5))
   width = 0.8 / len(rows)
   x = np.arange(len(VIEWS))
@@ -64,7 +75,8 @@ def plot_views(results: dict, path: str) -> str:
     means = np.array([s[0] for s in stats])
     err = np.array([[s[0] - s[1] for s in stats], [s[2] - s[0] for s in stats]])
     ax.bar(x + (i - (len(rows) - 1) / 2) * width, means, width, yerr=err,
-           capsize=2, label=row["name"],
+           capsize=2, label=row["name"], color=colors.get(row["model"], "0.6"),
+           edgecolor="white",
            hatch="//" if row["name"].startswith("random_") else None)
   ax.set_xticks(x, ["minimal pairs", "linear probe", "few-shot"])
   ax.set_ylabel("score (95% interval)")
@@ -88,10 +100,9 @@ def plot_finetuning(records: list[dict], path: str) -> str:
   tasks = list(records[0]["views"]["few_shot"]["tasks"])
   fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.8),
                            squeeze=False)
-  colors = {}
+  colors = _colors(records)
   for rec in records:
-    family = rec["model"]
-    color = colors.setdefault(family, f"C{len(colors)}")
+    color = colors[rec["model"]]
     style = "--" if rec["objective"] == "none" else "-"
     for ax, task in zip(axes[0], tasks):
       losses = rec["views"]["few_shot"]["tasks"][task]["losses"]

@@ -107,7 +107,7 @@ def build(grid, records: list[dict], floors: dict) -> dict:
   out = {"tasks": list(grid.tasks), "seeds": list(grid.seeds),
          "split": grid.get("report_split", "validation"),
          "budget_tokens": int(grid.budget_tokens),
-         "phenomena": list(records[0]["views"]["minimal_pairs"]["tasks"]),
+         "phenomena": sorted(records[0]["views"]["minimal_pairs"]["tasks"]),
          "metrics": {t: r["metric"] for t, r in
                      records[0]["views"]["probe"]["tasks"].items()},
          "rows": [_plain(r) for r in rows],
