@@ -121,7 +121,13 @@ def tokenizer_for(folder, vocab_size: int) -> tok_lib.SentencePieceTokenizer:
     paths = sorted((pathlib.Path(folder) / "c4").glob("c4-train.*.json.gz"))
     lines = [line for p in paths for r in _records(p)
              for line in r["text"].split("\n")]
-    tok_lib.train_sentencepiece(lines, vocab_size).save(out)
+    # Saved aside, then renamed: a concurrent process sees all or nothing.
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+    tok_lib.train_sentencepiece(lines, vocab_size).save(tmp)
+    try:
+      tmp.rename(out)
+    except OSError:  # another process finished first; its model is the same
+      shutil.rmtree(tmp)
   return tok_lib.SentencePieceTokenizer.load(out)
 
 
