@@ -73,6 +73,8 @@ def test_markdown_holds_every_view_floor_and_stars(results):
   for title in ("minimal pairs", "linear probe", "few-shot"):
     assert f"**{title}**" in text
   assert "Kendall" not in text
+  assert "- good beats random_bert on minimal pairs, linear probe, " in text
+  assert "- same beats random_bert on no view" in text
 
 
 def test_kendall_tau_against_the_published_order():

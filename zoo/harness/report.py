@@ -206,6 +206,26 @@ def item_table(results: dict, view: str) -> list[str]:
   return lines
 
 
+def verdicts(results: dict) -> list[str]:
+  """One line per pre-trained row: the views where its paired interval
+  lies above its random init, and those where it lies below (random init
+  wins), so a table in which pre-training buys nothing says so."""
+  lines = []
+  for r in results["rows"]:
+    if r["objective"] == "none":
+      continue
+    above = [TITLES[v] for v in VIEWS if r["views"][v]["delta"] and
+             r["views"][v]["delta"][1] > 0]
+    below = [TITLES[v] for v in VIEWS if r["views"][v]["delta"] and
+             r["views"][v]["delta"][2] < 0]
+    line = (f"- {r['name']} beats {r['baseline']} on "
+            f"{', '.join(above) if above else 'no view'}")
+    if below:
+      line += f"; {r['baseline']} wins on {', '.join(below)}"
+    lines.append(line + ".")
+  return lines
+
+
 def _t5_lines(results: dict) -> list[str]:
   """Our few-shot averages beside the T5 paper's GLUE, and Kendall's tau."""
   k = results.get("kendall")
@@ -236,6 +256,7 @@ def markdown(results: dict) -> str:
       "Probe: L2 logistic regression on frozen features (scalar mix of "
       "all layers, mean-pooled). Few-shot: full fine-tuning on K examples "
       "per class, text-to-text rows ranked over the label strings."), ""]
+  lines += verdicts(results) + [""]
   for view in VIEWS:
     lines += item_table(results, view) + [""]
   lines += _t5_lines(results)
