@@ -260,7 +260,9 @@ def markdown(results: dict) -> str:
   for view in VIEWS:
     lines += item_table(results, view) + [""]
   lines += _t5_lines(results)
-  prof = ", ".join(f"{k} {v:.0f} s" for k, v in results["profile"].items())
+  order = ("pretrain",) + VIEWS + ("floors",)
+  prof = ", ".join(f"{k} {results['profile'][k]:.0f} s" for k in order
+                   if k in results["profile"])
   lines += ["", f"Time spent: {prof}."]
   return "\n".join(lines) + "\n"
 
