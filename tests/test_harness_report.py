@@ -96,12 +96,14 @@ def test_results_files_plots_and_readme_section(results, tmp_path):
     assert os.path.getsize(tmp_path / name) > 0
   assert report.read(str(tmp_path))["rows"][0]["name"] == "good"
   readme = tmp_path / "README.md"
-  readme.write_text(f"intro\n{report.README_START}\nold\n"
-                    f"{report.README_END}\nrest\n")
+  readme.write_text("intro\n<!-- results:start -->\nold\n<!-- results:end -->"
+                    "\nmid\n<!-- t5:start -->\nold t5\n<!-- t5:end -->\nrest\n")
   report.update_readme(str(readme), str(tmp_path), "make demo")
+  report.update_readme(str(readme), str(tmp_path), "zoo.compare ...", "t5")
   text = readme.read_text()
-  assert "old" not in text and "| good | bert |" in text
+  assert "old" not in text and text.count("| good | bert |") == 2
   assert text.startswith("intro") and text.endswith("rest\n")
+  assert "--block t5` from the results.json of `zoo.compare ...`" in text
   readme.write_text("no markers")
   with pytest.raises(ValueError, match="results:start"):
     report.update_readme(str(readme), str(tmp_path), "make demo")
