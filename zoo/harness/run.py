@@ -45,16 +45,16 @@ class _Inputs:
     self.tasks = {t: data.tasks.load(t) for t in grid.tasks}
 
 
-def _view(grid, cell, inputs: _Inputs, view: str, loaded) -> dict:
-  """Computes one view of a cell's backbone."""
+def _view(grid, inputs: _Inputs, view: str, loaded) -> dict:
+  """Computes one view of a cell's backbone (a random-init row's too: every
+  view reads the same random backbone)."""
   recipe = cells_lib.as_plain(grid[view])
   if view == "minimal_pairs":
     return minimal_pairs.run(loaded, inputs.pairs)
   if view == "probe":
     return {"tasks": {name: probe.run(loaded, task, inputs.split, recipe)
                       for name, task in inputs.tasks.items()}}
-  backbone = (loaded.family, loaded.config,
-              loaded.params if cell.pretrained else None)
+  backbone = (loaded.family, loaded.config, loaded.params)
   return {"tasks": {name: few_shot.run(backbone, task, inputs.tokenizer,
                                        recipe, list(grid.seeds),
                                        inputs.split)
@@ -101,7 +101,7 @@ def run_cell(grid, cell, celldir: str, inputs: _Inputs, tick) -> dict:
     if result is None:
       start = time.time()
       loaded = loaded or _load(grid, cell, celldir, inputs)
-      result = dict(_view(grid, cell, inputs, view, loaded), fingerprint=key,
+      result = dict(_view(grid, inputs, view, loaded), fingerprint=key,
                     seconds=time.time() - start)
       cells_lib.write_json(path, result)
     record["views"][view] = result
