@@ -138,11 +138,11 @@ def test_budget_sets_steps_and_the_schedule_ends_there():
   assert config.optimizer.decay_steps == -1  # decay ends at `steps`
 
 
-def test_demo_budget_is_two_passes_over_the_sample():
+def test_demo_budget_is_at_least_one_pass_over_the_sample():
   import data  # pylint: disable=import-outside-toplevel
   grid = demo.get_config()
   tokens = cells.corpus_tokens(grid, data.load_tokenizer(grid.pretrain.data))
-  assert 2 * tokens <= grid.budget_tokens < 2.01 * tokens
+  assert 1.5 * tokens <= grid.budget_tokens < 1.51 * tokens
 
 
 def test_every_family_gets_its_random_init_row():
