@@ -219,6 +219,15 @@ def decoder_arrays(examples: list[dict], tokenizer, *, prompt_len: int,
                                         len(prompts), targets_len)}
 
 
+def chunks(arrays: dict, keys, batch_size: int):
+  """Fixed-size batches over all rows; the last is padded with row 0."""
+  n = len(arrays[keys[0]])
+  for start in range(0, n, batch_size):
+    rows = np.arange(start, start + batch_size)
+    rows = np.where(rows < n, rows, 0)
+    yield min(batch_size, n - start), {k: arrays[k][rows] for k in keys}
+
+
 def split_arrays(spec, examples: list[dict], tokenizer,
                  lengths: dict) -> dict[str, np.ndarray]:
   """The arrays of a split for the backbone of `spec` (a `Spec`).

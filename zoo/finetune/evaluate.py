@@ -17,20 +17,11 @@ from zoo.finetune import steps as step_lib
 from zoo.finetune.spec import Spec
 
 
-def _chunks(arrays: dict, keys, batch_size: int):
-  """Fixed-size batches over all rows; the last is padded with row 0."""
-  n = len(arrays[keys[0]])
-  for start in range(0, n, batch_size):
-    rows = np.arange(start, start + batch_size)
-    rows = np.where(rows < n, rows, 0)
-    yield min(batch_size, n - start), {k: arrays[k][rows] for k in keys}
-
-
 def predict_heads(spec: Spec, params, arrays: dict, batch_size: int) -> dict:
   """Head predictions (numpy) of every row of encoder arrays."""
   keys = [k for k in ("tokens", "token_types", "answer_mask") if k in arrays]
   parts = []
-  for real, batch in _chunks(arrays, keys, batch_size):
+  for real, batch in arrays_lib.chunks(arrays, keys, batch_size):
     out = jax.device_get(step_lib.predict_step(spec, params, batch))
     parts.append({k: v[:real] for k, v in out.items()})
   return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
@@ -55,7 +46,7 @@ def generate_texts(spec: Spec, params, arrays: dict, tokenizer,
   else:
     fn = generate.greedy_decoder
   texts = []
-  for real, batch in _chunks(arrays, [key], batch_size):
+  for real, batch in arrays_lib.chunks(arrays, [key], batch_size):
     ids = generate.trim(fn(params["backbone"], batch[key], **kw), eos)
     texts += [tokenizer.decode(row) for row in ids[:real]]
   return texts

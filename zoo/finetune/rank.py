@@ -40,13 +40,11 @@ def _row_scores(spec: Spec, params, arrays: dict, batch_size: int,
                 length_norm: bool) -> np.ndarray:
   """float32 [N]: each row's target score, in fixed-size batches."""
   keys = [k for k in arrays if k != "prompt"]
-  n, out = len(arrays[keys[0]]), []
-  for start in range(0, n, batch_size):
-    rows = np.minimum(np.arange(start, start + batch_size), n - 1)
-    total, count = jax.device_get(target_log_probs(
-        spec, params, {k: arrays[k][rows] for k in keys}))
+  out = []
+  for real, batch in arrays_lib.chunks(arrays, keys, batch_size):
+    total, count = jax.device_get(target_log_probs(spec, params, batch))
     score = total / np.maximum(count, 1.0) if length_norm else total
-    out.append(score[:min(batch_size, n - start)])
+    out.append(score[:real])
   return np.concatenate(out)
 
 
