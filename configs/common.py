@@ -95,5 +95,56 @@ def finish(c: ml_collections.ConfigDict, arg: str | None
   for key, value in args.items():
     if key not in c:
       raise ValueError(f"config argument {key!r} is not a config key")
-    c[key] = type(c[key])(value)
+    c[key] = typed(key, c[key], value)
   return c
+
+
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def typed(key: str, default, value: str):
+  """`value` (text) as the type of the field's `default`.
+
+  Booleans read true/false/1/0/yes/no/on/off; ints take "12" or "1e6"
+  (a whole number); "none"/"null" clears a field whose default is None,
+  and any other text there becomes an int, float or string, whichever
+  reads first.
+
+  Raises:
+    ValueError: the text is not a value of the field's type (the message
+      names the field).
+  """
+  text = value.strip()
+  low = text.lower()
+  try:
+    if isinstance(default, bool):
+      if low not in _TRUE + _FALSE:
+        raise ValueError("not a boolean")
+      return low in _TRUE
+    if isinstance(default, int):
+      number = float(text)
+      if number != int(number):
+        raise ValueError("not a whole number")
+      return int(number)
+    if isinstance(default, float):
+      return float(text)
+    if default is None:
+      return None if low in ("none", "null") else _guess(text)
+    if isinstance(default, str):
+      return text
+  except (ValueError, OverflowError) as e:
+    raise ValueError(f"config argument {key}={value!r}: {e}; the field "
+                     f"holds a {type(default).__name__} "
+                     f"(default {default!r})") from None
+  raise ValueError(f"config argument {key!r} holds a "
+                   f"{type(default).__name__}, which cannot be set from "
+                   "text; set it in the config file")
+
+
+def _guess(text: str):
+  for kind in (int, float):
+    try:
+      return kind(text)
+    except ValueError:
+      pass
+  return text
