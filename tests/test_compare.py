@@ -253,3 +253,20 @@ def test_every_family_cell_backbone_loads_for_finetuning():
                                fresh["backbone"]), params)
     assert (jax.tree_util.tree_structure(loaded) ==
             jax.tree_util.tree_structure(fresh["backbone"])), cell.name
+
+
+def test_cli_refuses_multi_host_flags(tmp_path):
+  from absl import app, flags  # pylint: disable=import-outside-toplevel
+  from zoo import compare  # pylint: disable=import-outside-toplevel
+  argv = ["compare", "--config", "configs/compare/smoke.py",
+          "--workdir", str(tmp_path), "--num_processes", "2"]
+  saved = flags.FLAGS.flag_values_dict()
+  flags.FLAGS(argv)
+  try:
+    with pytest.raises(app.UsageError, match="num_processes"):
+      compare.main(["compare"])
+  finally:
+    for name in ("num_processes", "config", "workdir"):
+      flags.FLAGS[name].present = 0
+      flags.FLAGS[name].value = saved[name]
+  assert not os.listdir(tmp_path)

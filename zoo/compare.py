@@ -21,6 +21,8 @@ from absl import app, flags, logging
 
 from zoo.harness import run as harness
 
+_MULTI_HOST = ("coordinator_address", "num_processes", "process_id")
+
 
 def main(argv) -> None:
   """The CLI: runs the grid, then prints results.md.
@@ -33,6 +35,12 @@ def main(argv) -> None:
   grid, workdir = flags.FLAGS.config, flags.FLAGS.workdir
   if grid is None or workdir is None:
     raise app.UsageError("--config and --workdir are required")
+  multi = [f"--{name}" for name in _MULTI_HOST if flags.FLAGS[name].present]
+  if multi:
+    raise app.UsageError(
+        f"zoo.compare runs on one process and does not take {multi}; a "
+        "multi-host harness is planned. Pre-train a cell across hosts with "
+        "`python -m zoo.train` and these flags instead")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # Orbax logs each save at INFO
   harness.run(grid, workdir)
