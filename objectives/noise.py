@@ -201,7 +201,7 @@ def geometric_lengths(rng, shape, p=0.2, max_length=10):
   return jax.random.categorical(rng, logits, shape=shape) + 1
 
 
-def poisson_lengths(rng, shape, lam=3.5):
+def poisson_lengths(rng, shape, lam=3.0):
   """Span lengths from Poisson(lam), zeros included (BART infilling)."""
   return jax.random.poisson(rng, lam, shape).astype(jnp.int32)
 
@@ -277,7 +277,7 @@ def _unit_follow(units, starts, ok):
   return jnp.take_along_axis(units, unit, axis=-1)
 
 
-def poisson_span_mask(rng, ok, rate=0.3, lam=3.5):
+def poisson_span_mask(rng, ok, rate=0.3, lam=3.0):
   """BART text-infilling spans: Poisson(lam) lengths, zero-length included.
 
   Args:

@@ -61,7 +61,9 @@ class Bart(common.Scheme):
   defaults = {
       "noises": ("infill", "permute"),  # any of BART_NOISES
       "rate": 0.3,                      # pieces masked, deleted or infilled
-      "poisson_lambda": 3.5,            # mean infilled span length
+      # Mean infilled span length: 3 in the paper (Lewis et al. 2020,
+      # section 2.2); the fairseq release's pre-training recipe uses 3.5.
+      "poisson_lambda": 3.0,
   }
 
   def setup(self):

@@ -22,6 +22,9 @@ from zoo.models import layers
 class SpanBoundaryHead(nn.Module):
   """Two-layer GELU/LayerNorm MLP over [left; right; position] -> logits.
 
+  The logits are either tied to the encoder's token table (SpanBERT's
+  release: `table` given, plus a bias) or an own output layer.
+
   Attributes:
     vocab_size: V.
     features: D of the encoder.
@@ -32,17 +35,33 @@ class SpanBoundaryHead(nn.Module):
   max_positions: int = 32
 
   @nn.compact
-  def __call__(self, left, right, rel):
-    """left, right [B, T, D] float32, rel [B, T] int32 -> [B, T, V]."""
+  def __call__(self, left, right, rel, table=None):
+    """left, right [B, T, D] float32, rel [B, T] int32, table [V, E] or
+    None -> logits [B, T, V]."""
     pos = layers.Embed(self.max_positions, self.features,
                        axes=("positions", "embed"), name="position")(rel)
     h = jnp.concatenate([left, right, pos], axis=-1)
     for i in range(2):
+      width = table.shape[1] if i and table is not None else self.features
       axes = ("mlp", "embed") if i else ("embed", "mlp")
-      h = layers.Dense(self.features, axes, name=f"dense_{i}")(h)
+      h = layers.Dense(width, axes, name=f"dense_{i}")(h)
       h = layers.LayerNorm(1e-12, name=f"norm_{i}")(jax.nn.gelu(h))
-    return layers.Dense(self.vocab_size, ("embed", "vocab"),
-                        name="logits")(h)
+    if table is None:
+      return layers.Dense(self.vocab_size, ("embed", "vocab"),
+                          name="logits")(h)
+    bias = layers.param_with_axes(self, "bias", nn.initializers.zeros,
+                                  (self.vocab_size,), ("vocab",))
+    return jnp.einsum("btd,vd->btv", h, table) + bias
+
+
+def token_table(model_params):
+  """The encoder's input token table [V, E] (`embeddings/token`)."""
+  try:
+    return model_params["embeddings"]["token"]["embedding"]
+  except (KeyError, TypeError):
+    raise ValueError("a tied span-boundary head needs the encoder's "
+                     "embeddings/token table, which this family lacks; set "
+                     "sbo_tied=False") from None
 
 
 def span_boundaries(mask):
@@ -75,6 +94,9 @@ class SpanMLM(common.Scheme):
       "random_rate": 0.1,  # spans replaced by random pieces
       "sbo": True,         # add the span boundary objective
       "sbo_weight": 1.0,   # its weight in the loss
+      # The SBO's output layer: tied to the token table, as in SpanBERT's
+      # release (the paper does not say); False gives it its own weights.
+      "sbo_tied": True,
       "max_positions": 32,  # in-span positions the SBO head knows
   }
   model_overrides = {"nsp_head": False}
@@ -108,12 +130,17 @@ class SpanMLM(common.Scheme):
         "segment_ids": doc,
         "positions": transforms.positions_from_segments(doc)}
 
-  def _sbo_logits(self, head_params, hidden, mask):
+  def _table(self, model_params):
+    if not self.options["sbo_tied"]:
+      return None
+    return nn.meta.unbox(token_table(model_params))
+
+  def _sbo_logits(self, params, hidden, mask):
     left, right, rel = span_boundaries(mask)
     gather = lambda idx: jnp.take_along_axis(hidden, idx[..., None], axis=1)
     rel = jnp.clip(rel, 0, self.options["max_positions"] - 1)
-    return self.head.apply({"params": head_params}, gather(left),
-                           gather(right), rel)
+    return self.head.apply({"params": params["sbo"]}, gather(left),
+                           gather(right), rel, self._table(params["model"]))
 
   def init_heads(self, rng, params, inputs):
     if not self.options["sbo"]:
@@ -123,15 +150,14 @@ class SpanMLM(common.Scheme):
                               return_logits=False, **kw)["hidden"]
     left, right, rel = span_boundaries(inputs["mask"])
     del left, right
-    return {"sbo": self.head.init(rng, hidden, hidden, jnp.minimum(rel, 0))[
-        "params"]}
+    return {"sbo": self.head.init(rng, hidden, hidden, jnp.minimum(rel, 0),
+                                  self._table(params["model"]))["params"]}
 
   def score(self, params, inputs, outputs, rng, deterministic):
     parts = {"mlm": common.token_sums(outputs["logits"], inputs["tokens"],
                                       inputs["mask"])}
     if self.options["sbo"]:
-      logits = self._sbo_logits(params["sbo"], outputs["hidden"],
-                                inputs["mask"])
+      logits = self._sbo_logits(params, outputs["hidden"], inputs["mask"])
       parts["sbo"] = common.token_sums(logits, inputs["tokens"],
                                        inputs["mask"])
     return parts

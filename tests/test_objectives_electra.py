@@ -61,3 +61,14 @@ def test_generator_loss_at_gathered_slots_equals_full_logits():
   for key in ("loss_sum", "weight_sum", "correct_sum"):
     np.testing.assert_allclose(float(got["mlm_" + key]), float(want[key]),
                                rtol=2e-6, err_msg=key)
+
+
+def test_loss_is_mlm_plus_fifty_times_rtd():
+  batch = testing.tiny_batch()
+  obj = testing.build("electra", "electra")
+  params = obj.init(jax.random.key(0), batch)
+  loss, m = obj.loss(params, batch, jax.random.key(1), deterministic=True)
+  mlm = m["mlm_loss_sum"] / m["mlm_weight_sum"]
+  rtd = m["rtd_loss_sum"] / m["rtd_weight_sum"]
+  np.testing.assert_allclose(float(loss), float(mlm + 50.0 * rtd),
+                             rtol=1e-5)

@@ -1,5 +1,6 @@
 """mlm, wwm, phrase_mlm and span_mlm (+ SBO): corruption, loss, training."""
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -93,6 +94,25 @@ def test_span_mlm_with_sbo_trains():
   testing.assert_near_uniform(m["mlm_loss_sum"] / m["mlm_weight_sum"])
   testing.assert_near_uniform(m["sbo_loss_sum"] / m["sbo_weight_sum"])
   assert m["sbo_weight_sum"] == m["mlm_weight_sum"] > 0
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_sbo_output_layer_is_tied_to_the_token_table_by_default(tied):
+  batch = testing.tiny_batch()
+  options = dict(mask_rate=1.0, random_rate=0.0)  # no random pieces fed
+  obj = testing.build("span_mlm", "bert", **options,
+                      **({} if tied else {"sbo_tied": False}))
+  params = nn.meta.unbox(obj.init(jax.random.key(0), batch))
+  assert ("logits" in params["sbo"]) != tied
+  only_sbo = lambda p: obj.loss(p, batch, jax.random.key(1),
+                                deterministic=True)[1]["sbo_loss_sum"]
+  grad = jax.grad(only_sbo)(params)["model"]["embeddings"]["token"]
+  unseen = np.setdiff1d(np.arange(SP.vocab_size),
+                        np.asarray(batch["tokens"]))
+  unseen = unseen[unseen != SP.mask]
+  # Pieces never fed to the encoder reach the SBO loss only as outputs.
+  reached = np.abs(np.asarray(grad["embedding"])[unseen]).max() > 0
+  assert reached == tied
 
 
 @pytest.mark.parametrize("name,family", [("mlm", "bert"),

@@ -74,6 +74,29 @@ def test_bart_noises(batch, noises):
           k: sorted(v) for k, v in o.items()}
 
 
+def _masked_runs(obj, batch) -> list[int]:
+  """Lengths of the runs of masked pieces over 8 corruptions of batch."""
+  runs = []
+  for seed in range(8):
+    mask = np.asarray(jax.jit(obj.corrupt)(batch, jax.random.key(seed))[
+        "mask"])
+    for row in mask.astype(np.int8):
+      edges = np.flatnonzero(np.diff(np.concatenate([[0], row, [0]])))
+      runs += list(edges[1::2] - edges[::2])
+  return runs
+
+
+def test_bart_infill_lambda_is_the_papers_unless_set(batch):
+  """Poisson(3) span lengths (the paper) by default; the fairseq release's
+  3.5 when the config asks, which lengthens the infilled spans."""
+  paper = testing.build("bart", "bart", noises=("infill",))
+  release = testing.build("bart", "bart", noises=("infill",),
+                          poisson_lambda=3.5)
+  assert paper.options["poisson_lambda"] == 3.0
+  assert (np.mean(_masked_runs(release, batch))
+          > np.mean(_masked_runs(paper, batch)) + 0.2)
+
+
 def test_bart_rejects_bad_mixes():
   with pytest.raises(ValueError, match="at most one"):
     testing.build("bart", "bart", noises=("mask", "infill"))
