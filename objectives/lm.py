@@ -12,6 +12,7 @@ from objectives import noise
 from objectives import register
 from objectives import segments
 from objectives import transforms
+from zoo.models import masks
 
 
 def doc_inputs(batch):
@@ -32,8 +33,7 @@ class CausalLM(common.Scheme):
   def model_inputs(self, inputs):
     kw = doc_inputs(inputs)
     if self.interface == "encoder":
-      t = inputs["tokens"].shape[1]
-      kw["mask"] = segments.causal_mask(t)[None]
+      kw["mask"] = masks.causal_mask(inputs["tokens"].shape[1])
     return (inputs["tokens"],), kw
 
   def score(self, params, inputs, outputs, rng, deterministic):
@@ -47,9 +47,10 @@ class PrefixLM(common.Scheme):
   predicted from the prefix.
 
   On an encoder-decoder the prefix is the encoder input and the suffix (with
-  the EOS) the decoder target. On an encoder family the whole row runs with
-  a prefix mask (bidirectional prefix, causal suffix); a GPT decoder keeps
-  its causal prefix. The loss covers the suffix only.
+  the EOS) the decoder target. Encoder and decoder families run the whole
+  row with the prefix-LM mask (`masks.prefix_lm_mask`: bidirectional within
+  each document's prefix, causal after it; T5 section 3.2.1). The loss
+  covers the suffix only.
   """
   name = "prefix_lm"
   interfaces = ("encdec", "encoder", "decoder")
@@ -73,7 +74,10 @@ class PrefixLM(common.Scheme):
     if self.interface == "encdec":
       return encdec_inputs(self, inputs["enc"], inputs["dec"])
     kw = doc_inputs(inputs)
-    kw["mask"] = segments.prefix_attention(inputs["prefix"])
+    if self.interface == "decoder":
+      kw["prefix"] = inputs["prefix"]  # replaces the decoder's causal mask
+    else:
+      kw["mask"] = masks.prefix_lm_mask(inputs["prefix"])
     return (inputs["tokens"],), kw
 
   def score(self, params, inputs, outputs, rng, deterministic):

@@ -140,39 +140,6 @@ def prefix_split(rng, batch, specials):
   return ok & (index < jnp.minimum(split, n_doc))
 
 
-def causal_mask(length):
-  """[T, T] bool: query t sees keys <= t."""
-  return jnp.tril(jnp.ones((length, length), bool))
-
-
-def prefix_attention(is_prefix):
-  """[B, T, T] bool: bidirectional on the prefix, causal after it.
-
-  A prefix query sees the whole prefix; a later query sees the prefix and
-  the keys up to itself (T5's prefix LM, UniLM's seq2seq). AND it with the
-  document mask, which the models apply from `segment_ids`.
-  """
-  t = is_prefix.shape[-1]
-  causal = causal_mask(t)[None]
-  return is_prefix[:, None, :] | (causal & ~is_prefix[:, :, None])
-
-
-def unilm_attention(modes, is_prefix):
-  """[B, T, T] bool UniLM mask per row: 0 bidirectional, 1 left-to-right,
-  2 seq2seq (`prefix_attention` of `is_prefix` [B, T] bool).
-
-  Args:
-    modes: [B] int32 in {0, 1, 2}.
-    is_prefix: [B, T] bool.
-  """
-  b, t = is_prefix.shape
-  full = jnp.ones((b, t, t), bool)
-  causal = jnp.broadcast_to(causal_mask(t)[None], (b, t, t))
-  seq2seq = prefix_attention(is_prefix)
-  m = modes[:, None, None]
-  return jnp.where(m == 0, full, jnp.where(m == 1, causal, seq2seq))
-
-
 def sentence_index(batch):
   """[B, L] int32 1, 2, ... per sentence of the row (EOS with its
   sentence), 0 on padding."""

@@ -1,10 +1,13 @@
-"""UniLM: one network, three attention masks, one cloze task.
+"""UniLM: one network, four attention masks, one cloze task.
 
-Each row draws a mode: bidirectional (every piece sees its document),
-left-to-right (causal) or seq2seq (each document split at a random point:
-the source sees itself, the target sees the source and its own past).
-Pieces are masked as in BERT in every mode and predicted from the masked
-input (Dong et al. 2019).
+Each row draws a mode (`zoo.models.masks.unilm_mask`): bidirectional
+(every piece sees its document), left-to-right (causal), right-to-left
+(each piece sees itself and what follows) or seq2seq (each document split
+at a random point: the source sees itself, the target sees the source and
+its own past). Pieces are masked as in BERT in every mode and predicted
+from the masked input. The paper's mixture (Dong et al. 2019, section
+2.3) is the default: bidirectional 1/3, seq2seq 1/3, left-to-right 1/6,
+right-to-left 1/6.
 """
 
 import jax
@@ -15,21 +18,26 @@ from objectives import mlm as mlm_lib
 from objectives import register
 from objectives import segments
 from objectives import transforms
+from zoo.models import masks
 
 
 class UniLM(common.Scheme):
-  """MLM under a per-row bidirectional, left-to-right or seq2seq mask."""
+  """MLM under a per-row bidirectional, left-to-right, right-to-left or
+  seq2seq mask."""
   name = "unilm"
   interfaces = ("encoder",)
+  # Weights of the modes in `masks` order: bidirectional, left-to-right,
+  # right-to-left, seq2seq.
   defaults = dict(mlm_lib.MLM_DEFAULTS,
-                  mode_probs=(1 / 3, 1 / 3, 1 / 3))  # bidir, l2r, seq2seq
+                  mode_probs=(1 / 3, 1 / 6, 1 / 6, 1 / 3))
   model_overrides = {"nsp_head": False}
 
   def setup(self):
     probs = tuple(self.options["mode_probs"])
-    if len(probs) != 3 or min(probs) < 0 or sum(probs) <= 0:
-      raise ValueError("mode_probs must be 3 non-negative weights "
-                       f"(bidirectional, left-to-right, seq2seq); got {probs}")
+    if len(probs) != 4 or min(probs) < 0 or sum(probs) <= 0:
+      raise ValueError("mode_probs must be 4 non-negative weights "
+                       "(bidirectional, left-to-right, right-to-left, "
+                       f"seq2seq); got {probs}")
     self.log_probs = tuple(float(jnp.log(p / sum(probs) + 1e-30))
                            for p in probs)
 
@@ -49,7 +57,7 @@ class UniLM(common.Scheme):
     return (inputs["inputs"],), {
         "segment_ids": doc,
         "positions": transforms.positions_from_segments(doc),
-        "mask": segments.unilm_attention(inputs["modes"], inputs["prefix"]),
+        "mask": masks.unilm_mask(inputs["modes"], inputs["prefix"]),
         "logits_at": inputs["logits_at"]}
 
   def score(self, params, inputs, outputs, rng, deterministic):
@@ -58,5 +66,5 @@ class UniLM(common.Scheme):
 
 @register("unilm")
 def unilm(model, size, specials, **options):
-  """UniLM's mixture of bidirectional, left-to-right and seq2seq LMs."""
+  """UniLM's mixture of bidirectional, unidirectional and seq2seq LMs."""
   return UniLM(model, size, specials, **options)

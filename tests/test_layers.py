@@ -11,6 +11,7 @@ from transformers.models.t5 import modeling_t5
 from zoo.convert import common
 from zoo.models import blocks
 from zoo.models import layers
+from zoo.models import masks
 
 KEY = jax.random.key(0)
 
@@ -32,7 +33,8 @@ def test_segment_mask_keeps_documents_apart():
 def test_causal_prefix_and_seq2seq_masks():
   causal = np.asarray(layers.causal_mask(4))[0]
   np.testing.assert_array_equal(causal, np.tril(np.ones((4, 4), bool)))
-  prefix = np.asarray(layers.prefix_lm_mask(jnp.array([2, 0]), 4))
+  prefix = np.asarray(layers.prefix_lm_mask(
+      masks.prefix_from_lengths(jnp.array([2, 0]), 4)))
   # Row 0: tokens 0-1 see each other both ways; 2 sees 0..2, not 3.
   assert prefix[0, 0, 1] and prefix[0, 2, 1] and not prefix[0, 2, 3]
   assert not prefix[0, 1, 2]  # the source never sees the target

@@ -11,6 +11,7 @@ from data.synthetic import SyntheticLoader
 from objectives import Specials
 from objectives import noise
 from objectives import segments
+from zoo.models import masks
 from objectives import transforms
 
 SP = Specials(vocab_size=512)
@@ -369,7 +370,7 @@ def test_prefix_split_and_masks(batch):
       assert (np.diff(p.astype(int)) <= 0).all()  # prefix comes first
       if body.sum() >= 2:
         assert p.any() and (~p & body).any()
-  att = np.asarray(segments.prefix_attention(jnp.asarray(pre[:2])))
+  att = np.asarray(masks.prefix_lm_mask(jnp.asarray(pre[:2])))
   assert att.shape == (2, 128, 128)
   suffix = ~pre[0] & (doc[0] > 0)
   q = np.flatnonzero(suffix[:-1] & suffix[1:] & (doc[0, 1:] == doc[0, :-1]))[0]
@@ -379,14 +380,16 @@ def test_prefix_split_and_masks(batch):
 
 
 def test_unilm_masks():
-  modes = jnp.array([0, 1, 2])
-  pre = jnp.arange(6)[None].repeat(3, 0) < 3
-  att = np.asarray(segments.unilm_attention(modes, pre))
-  assert att.shape == (3, 6, 6)
+  modes = jnp.array([0, 1, 2, 3])
+  pre = jnp.arange(6)[None].repeat(4, 0) < 3
+  att = np.asarray(masks.unilm_mask(modes, pre))
+  assert att.shape == (4, 6, 6)
   assert att[0].all()
-  np.testing.assert_array_equal(att[1], np.tril(np.ones((6, 6), bool)))
-  np.testing.assert_array_equal(att[2, :3], [[1, 1, 1, 0, 0, 0]] * 3)
-  np.testing.assert_array_equal(att[2, 4], [1, 1, 1, 1, 1, 0])
+  causal = np.tril(np.ones((6, 6), bool))
+  np.testing.assert_array_equal(att[1], causal)
+  np.testing.assert_array_equal(att[2], causal.T)  # right-to-left
+  np.testing.assert_array_equal(att[3, :3], [[1, 1, 1, 0, 0, 0]] * 3)
+  np.testing.assert_array_equal(att[3, 4], [1, 1, 1, 1, 1, 0])
 
 
 def test_count_in_doc_restarts():

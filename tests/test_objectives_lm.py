@@ -80,6 +80,34 @@ def test_prefix_lm_encoder_mask_bert():
   assert 0 < out["metrics"]["weight_sum"] < every  # the suffix only
 
 
+def test_prefix_lm_on_gpt2_attends_both_ways_within_the_prefix():
+  """T5 section 3.2.1: the prefix is read bidirectionally, the suffix
+  causally; documents stay apart."""
+  obj = testing.build("prefix_lm", "gpt2")
+  assert obj.interface == "decoder"
+  batch = testing.tiny_batch()
+  params = common.nn.meta.unbox(obj.init(jax.random.key(0), batch))
+  inputs = obj.corrupt(batch, jax.random.key(3))
+  run = jax.jit(lambda i: obj.run(params, i, None, True)["hidden"])
+  base = np.asarray(run(inputs))
+  pre = np.asarray(inputs["prefix"])
+  doc = np.asarray(batch["doc_ids"])
+  r, d = next((r, d) for r in range(len(doc)) for d in np.unique(doc[r])
+              if d and (pre[r] & (doc[r] == d)).sum() >= 3)
+  first, last = np.flatnonzero(pre[r] & (doc[r] == d))[[0, -1]]
+  changed = dict(inputs, tokens=inputs["tokens"].at[r, last].set(11))
+  out = np.asarray(run(changed))
+  # The prefix's first piece sees the prefix's last one ...
+  assert np.abs(out[r, first] - base[r, first]).max() > 1e-4
+  # ... and no suffix piece changes the prefix.
+  suffix = np.flatnonzero(~pre[r] & (doc[r] == d))
+  if len(suffix):
+    edited = dict(inputs, tokens=inputs["tokens"].at[r, suffix[-1]].set(11))
+    np.testing.assert_allclose(np.asarray(run(edited))[r][pre[r]],
+                               base[r][pre[r]], atol=1e-5)
+  testing.check(obj, batch)
+
+
 def test_bilm_elmo():
   batch = testing.tiny_batch()
   obj = testing.build("bilm", "elmo")

@@ -8,6 +8,7 @@ import numpy as np
 from objectives import quick_thought
 from objectives import segments
 from objectives import testing
+from zoo.models import masks
 
 
 def test_unilm_modes_and_masks():
@@ -15,7 +16,7 @@ def test_unilm_modes_and_masks():
   obj = testing.build("unilm", "bert")
   inputs = jax.jit(obj.corrupt)(batch, jax.random.key(0))
   modes = np.asarray(inputs["modes"])
-  assert set(modes) == {0, 1, 2}
+  assert set(modes) == {0, 1, 2, 3}
   _, kw = obj.model_inputs(inputs)
   att = np.asarray(kw["mask"])
   assert att.shape == (32, 64, 64)
@@ -26,15 +27,29 @@ def test_unilm_modes_and_masks():
       assert att[r].all()
     elif modes[r] == 1:
       np.testing.assert_array_equal(att[r], causal)
+    elif modes[r] == 2:
+      np.testing.assert_array_equal(att[r], causal.T)  # right-to-left
     else:
       np.testing.assert_array_equal(
-          att[r], np.asarray(segments.prefix_attention(pre[r:r + 1]))[0])
+          att[r], np.asarray(masks.prefix_lm_mask(pre[r:r + 1]))[0])
       assert not att[r][np.ix_(pre[r], ~pre[r])].any()  # source: no target
+
+
+def test_unilm_mixes_modes_as_the_paper():
+  """Bidirectional 1/3, left-to-right 1/6, right-to-left 1/6, seq2seq 1/3
+  (Dong et al. 2019, section 2.3)."""
+  batch = testing.tiny_batch(seq_len=16, batch_size=8)
+  obj = testing.build("unilm", "bert")
+  corrupt = jax.jit(obj.corrupt)
+  modes = np.concatenate([np.asarray(corrupt(batch, jax.random.key(s))[
+      "modes"]) for s in range(300)])
+  freq = np.bincount(modes, minlength=4) / len(modes)
+  np.testing.assert_allclose(freq, [1 / 3, 1 / 6, 1 / 6, 1 / 3], atol=0.03)
 
 
 def test_unilm_rejects_bad_probs():
   try:
-    testing.build("unilm", "bert", mode_probs=(1.0, 0.0))
+    testing.build("unilm", "bert", mode_probs=(1.0, 0.0, 0.0))
   except ValueError as e:
     assert "mode_probs" in str(e)
   else:

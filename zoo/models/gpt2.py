@@ -88,6 +88,7 @@ class Model(nn.Module):
 
   def __call__(self, tokens: Array, *, segment_ids: Array | None = None,
                positions: Array | None = None, mask: Array | None = None,
+               prefix: Array | None = None,
                deterministic: bool = True, return_logits: bool = True,
                logits_at: Array | None = None) -> dict[str, Array]:
     """Runs the decoder.
@@ -98,6 +99,9 @@ class Model(nn.Module):
         ids. None = (tokens != pad_id).
       positions: [B, T] int32; None = arange(T).
       mask: [B, T, T] bool, AND-ed with the causal and segment masks.
+      prefix: [B, T] bool, each document's prefix: attention within it is
+        bidirectional (a prefix LM, `masks.prefix_lm_mask`) and causal
+        after it. None = causal everywhere.
       deterministic: no dropout when True.
       return_logits: compute the LM logits.
       logits_at: [B, K] int32 positions: logits there only ([B, K, V]),
@@ -110,9 +114,10 @@ class Model(nn.Module):
       float32.
     """
     c = self.config
+    order = (layers.causal_mask(tokens.shape[1]) if prefix is None
+             else layers.prefix_lm_mask(prefix))
     attn_mask = layers.combine_masks(
-        bert.encoder_mask(tokens, c.pad_id, segment_ids, mask),
-        layers.causal_mask(tokens.shape[1]))
+        bert.encoder_mask(tokens, c.pad_id, segment_ids, mask), order)
     pos = bert.default_positions(tokens, positions)
     x = self.dropout(self.token(tokens) + self.position(pos),
                      deterministic=deterministic)

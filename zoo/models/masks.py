@@ -41,22 +41,48 @@ def causal_mask(q_length: int, k_length: int | None = None) -> Array:
   return (jnp.arange(k_length)[None, :] <= q)[None]
 
 
-def prefix_lm_mask(prefix_lengths: Array, length: int) -> Array:
+def prefix_lm_mask(is_prefix: Array) -> Array:
   """Prefix-LM mask: bidirectional over the prefix, causal after it.
 
-  This is also UniLM's sequence-to-sequence mask: source tokens see the
-  whole source, target tokens see the source and the target to their left.
+  A prefix query sees every prefix key; a later query sees the prefix and
+  the keys up to itself. This is also UniLM's sequence-to-sequence mask
+  (source = prefix). Packed rows give each document its own prefix: AND
+  the result with `segment_mask`, which keeps documents apart.
 
   Args:
-    prefix_lengths: [B] int, the length of each row's prefix (source).
-    length: T.
+    is_prefix: [B, T] bool, True on prefix (source) tokens.
 
   Returns:
     [B, T, T] bool.
   """
-  idx = jnp.arange(length)
-  in_prefix = idx[None, None, :] < prefix_lengths[:, None, None]
-  return in_prefix | (idx[None, None, :] <= idx[None, :, None])
+  suffix_query = ~is_prefix[:, :, None] & causal_mask(is_prefix.shape[-1])
+  return is_prefix[:, None, :] | suffix_query
+
+
+def prefix_from_lengths(prefix_lengths: Array, length: int) -> Array:
+  """[B] int prefix lengths -> [B, T] bool `is_prefix` (the first ones)."""
+  return jnp.arange(length)[None, :] < prefix_lengths[:, None]
+
+
+BIDIRECTIONAL, LEFT_TO_RIGHT, RIGHT_TO_LEFT, SEQ2SEQ = 0, 1, 2, 3
+
+
+def unilm_mask(modes: Array, is_prefix: Array) -> Array:
+  """[B, T, T] bool: each row's UniLM mask (Dong et al. 2019).
+
+  Args:
+    modes: [B] int, per row one of BIDIRECTIONAL (every token sees every
+      token), LEFT_TO_RIGHT (t sees keys <= t), RIGHT_TO_LEFT (t sees keys
+      >= t) or SEQ2SEQ (`prefix_lm_mask`: the prefix is the source).
+    is_prefix: [B, T] bool, the SEQ2SEQ rows' source tokens.
+  """
+  b, t = is_prefix.shape
+  causal = jnp.broadcast_to(causal_mask(t), (b, t, t))
+  m = modes[:, None, None]
+  return jnp.select(
+      [m == BIDIRECTIONAL, m == LEFT_TO_RIGHT, m == RIGHT_TO_LEFT],
+      [jnp.ones_like(causal), causal, jnp.swapaxes(causal, 1, 2)],
+      prefix_lm_mask(is_prefix))
 
 
 seq2seq_mask = prefix_lm_mask

@@ -21,10 +21,13 @@ import jax.numpy as jnp
 
 from zoo.models import bert
 from zoo.models import layers
+from zoo.models import masks
 
 Array = jax.Array
 INTERFACE = "encoder"
-BIDIRECTIONAL, LEFT_TO_RIGHT, RIGHT_TO_LEFT, SEQ2SEQ = 0, 1, 2, 3
+BIDIRECTIONAL, LEFT_TO_RIGHT, RIGHT_TO_LEFT, SEQ2SEQ = (
+    masks.BIDIRECTIONAL, masks.LEFT_TO_RIGHT, masks.RIGHT_TO_LEFT,
+    masks.SEQ2SEQ)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +46,7 @@ SIZES = {
 
 def mode_mask(modes: Array, source_lengths: Array | None,
               length: int) -> Array:
-  """The per-example UniLM attention mask.
+  """The per-example UniLM attention mask (`masks.unilm_mask`).
 
   Args:
     modes: [B] int, one of BIDIRECTIONAL, LEFT_TO_RIGHT, RIGHT_TO_LEFT,
@@ -55,17 +58,10 @@ def mode_mask(modes: Array, source_lengths: Array | None,
   Returns:
     [B, T, T] bool, True where query t may attend to key s.
   """
-  b = modes.shape[0]
   if source_lengths is None:
-    source_lengths = jnp.zeros((b,), jnp.int32)
-  causal = layers.causal_mask(length)
-  table = jnp.stack([
-      jnp.ones((b, length, length), bool),
-      jnp.broadcast_to(causal, (b, length, length)),
-      jnp.broadcast_to(jnp.swapaxes(causal, 1, 2), (b, length, length)),
-      layers.seq2seq_mask(source_lengths, length),
-  ])
-  return jnp.take_along_axis(table, modes[None, :, None, None], axis=0)[0]
+    source_lengths = jnp.zeros(modes.shape, jnp.int32)
+  return masks.unilm_mask(modes,
+                          masks.prefix_from_lengths(source_lengths, length))
 
 
 class Model(bert.Model):
