@@ -10,6 +10,8 @@ import re
 
 import numpy as np
 
+from data import batch as batch_lib
+
 # Abbreviations after which a period does not end a sentence.
 _ABBREV = frozenset("""mr mrs ms dr prof st sr jr vs etc inc ltd co corp gov
 sen rep gen col lt sgt capt no vol fig jan feb mar apr jun jul aug sep sept
@@ -67,8 +69,9 @@ def annotate(tokenizer, text: str) -> dict[str, np.ndarray]:
   """Ids and annotations of one document (EOS not added).
 
   Returns int32 arrays of one length T: `tokens`, `sentence_ids` (1, 2, ...),
-  `word_ids` (1, 2, ...; pieces of one word share an id) and `phrase_ids`
-  (a fresh id per phrase unit; 0 outside units).
+  `word_ids` (1, 2, ...; pieces of one word share an id), `phrase_ids`
+  (a fresh id per phrase unit; 0 outside units) and `doc_keys` (the
+  document's `data.batch.doc_key` on every piece).
   """
   sentences = split_sentences(text)
   encoded = tokenizer.encode_batch(sentences)
@@ -91,5 +94,8 @@ def annotate(tokenizer, text: str) -> dict[str, np.ndarray]:
     parts["word_ids"].append((local + words_before).astype(np.int32))
     parts["phrase_ids"].append(phrase)
     words_before += int(local[-1]) if len(ids) else 0
-  return {k: (np.concatenate(v).astype(np.int32) if v else
-              np.zeros(0, np.int32)) for k, v in parts.items()}
+  out = {k: (np.concatenate(v).astype(np.int32) if v else
+             np.zeros(0, np.int32)) for k, v in parts.items()}
+  out["doc_keys"] = np.full(len(out["tokens"]), batch_lib.doc_key(text),
+                            np.int32)
+  return out

@@ -19,6 +19,7 @@ import grain
 import numpy as np
 
 from data import annotate as annotate_lib
+from data import batch as batch_lib
 from data import c4
 from data import config as config_lib
 from data import packing
@@ -66,7 +67,7 @@ class Annotate(grain.transforms.Map):
     """Per-document int32 `[T]` arrays and `bad`, int32 `[len(REASONS)]`."""
     bad = dict(element["bad"])
     text = element["text"]
-    empty = {k: np.zeros(0, np.int32) for k in packing.KEYS if k != "doc_ids"}
+    empty = {k: np.zeros(0, np.int32) for k in batch_lib.KEYS if k != "doc_ids"}
     if text is None:
       return {**empty, "bad": _bad_vector(bad)}
     text, n_control = annotate_lib.clean(text)
@@ -242,7 +243,7 @@ class PretrainLoader:
     short = self.batch_size - len(batch["tokens"])
     if short:  # the end of a finite split: whole padding rows
       batch = {k: np.pad(v, ((0, short), (0, 0))) for k, v in batch.items()}
-    return {k: batch[k].astype(np.int32) for k in packing.KEYS}
+    return {k: batch[k].astype(np.int32) for k in batch_lib.KEYS}
 
   def get_state(self) -> dict:
     """JSON state: Grain's iterator state and the bad-input counts."""

@@ -8,23 +8,27 @@ them: several (inputs, targets) pairs share a row, told apart by segment ids
 (1, 2, ...; 0 on padding) with positions restarting at 0 in each segment.
 """
 
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import numpy as np
 
-KEYS = ("tokens", "doc_ids", "sentence_ids", "word_ids", "phrase_ids")
+from data import batch as batch_lib
+
+KEYS = batch_lib.KEYS
 
 
 def close_document(doc: dict[str, np.ndarray], eos: int) -> dict:
   """`doc` (arrays of `annotate.annotate`) with EOS appended.
 
-  EOS stays in the last sentence, forms a word of its own, is in no phrase.
+  EOS stays in the last sentence, forms a word of its own, is in no phrase,
+  and belongs to the document (`doc_keys`).
   """
   n = len(doc["tokens"])
   last_sentence = doc["sentence_ids"][-1] if n else 1
   last_word = doc["word_ids"][-1] if n else 0
+  key = doc["doc_keys"][-1] if n else 1
   tail = dict(tokens=eos, sentence_ids=last_sentence, word_ids=last_word + 1,
-              phrase_ids=0)
+              phrase_ids=0, doc_keys=key)
   return {k: np.append(doc[k], np.int32(v)).astype(np.int32)
           for k, v in tail.items()}
 
@@ -59,10 +63,11 @@ class RowBuilder:
       raise ValueError(f"cannot add {n} tokens to a row with {self.space} free")
     sl = slice(self.fill, self.fill + n)
     self.row["tokens"][sl] = doc["tokens"][start:stop]
+    self.row["doc_keys"][sl] = doc["doc_keys"][start:stop]
     self.row["doc_ids"][sl] = self.last["doc_ids"] + 1
     for k in ("sentence_ids", "word_ids", "phrase_ids"):
       self.row[k][sl] = _renumber(doc[k][start:stop], self.last[k])
-    for k in KEYS[1:]:
+    for k in ("doc_ids", "sentence_ids", "word_ids", "phrase_ids"):
       self.last[k] = max(self.last[k], int(self.row[k][sl].max()))
     self.fill += n
 
@@ -73,7 +78,8 @@ def pack_documents(docs: Iterable[dict], seq_len: int,
 
   Args:
     docs: dicts of int32 `[T]` arrays (`tokens`, `sentence_ids`, `word_ids`,
-      `phrase_ids`) without EOS, as `annotate.annotate` returns them.
+      `phrase_ids`, `doc_keys`) without EOS, as `annotate.annotate`
+      returns them.
     seq_len: L, the row length.
     eos: id closing each document.
 
@@ -146,21 +152,3 @@ def pack_seq2seq(examples: Iterable[dict], *, inputs_len: int,
       fill[s] += len(ids)
   return {k: np.stack([r[k] for r in rows]) if rows else
           np.zeros((0, lengths[k.split("_")[0]]), np.int32) for k in keys}
-
-
-def check_row(row: dict[str, Sequence[int]]) -> None:
-  """Raises ValueError naming the first way `row` breaks the batch contract."""
-  tokens = np.asarray(row["tokens"])
-  real = tokens != 0
-  for k in KEYS:
-    ids = np.asarray(row[k])
-    if (ids[~real] != 0).any():
-      raise ValueError(f"{k} nonzero on padding")
-    nz = ids[ids != 0] if k == "phrase_ids" else ids[real]
-    if k != "tokens" and (np.diff(nz) < 0).any():
-      raise ValueError(f"{k} decreases within the row")
-    if k != "tokens" and k != "phrase_ids" and len(nz) and (
-        nz[0] != 1 or (np.diff(nz) > 1).any()):
-      raise ValueError(f"{k} does not count 1, 2, ... within the row")
-  if real.any() and not real[:real.sum()].all():
-    raise ValueError("padding before the end of the row")

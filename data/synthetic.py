@@ -7,7 +7,7 @@ iterator state is just the next step, which makes exact resume trivial.
 
 import numpy as np
 
-_KEYS = ("tokens", "doc_ids", "sentence_ids", "word_ids", "phrase_ids")
+from data import batch as batch_lib
 
 
 class SyntheticLoader:
@@ -33,12 +33,12 @@ class SyntheticLoader:
                       + self.process_index * self.batch_size + i)
             for i in range(self.batch_size)]
     self.step += 1
-    return {k: np.stack([r[k] for r in rows]) for k in _KEYS}
+    return {k: np.stack([r[k] for r in rows]) for k in batch_lib.KEYS}
 
   def _row(self, index: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng([self.seed, index])
     length = self.seq_len - int(rng.integers(0, self.seq_len // 4 + 1))
-    out = {k: np.zeros(self.seq_len, np.int32) for k in _KEYS}
+    out = {k: np.zeros(self.seq_len, np.int32) for k in batch_lib.KEYS}
     hi = max(self.first_id + 1, self.vocab_size - 100)
     out["tokens"][:length] = rng.integers(self.first_id, hi, length)
     # Boundaries: a new word with p=0.7, sentence 0.1, document 0.02.
@@ -48,6 +48,10 @@ class SyntheticLoader:
     out["word_ids"][:length] = word - word[0] + 1
     out["sentence_ids"][:length] = sent - sent[0] + 1
     out["doc_ids"][:length] = doc - doc[0] + 1
+    # Each row's documents are its own: keys from (seed, row, document).
+    keys = [batch_lib.doc_key(f"{self.seed}/{index}/{d}") for d in
+            out["doc_ids"][:length]]
+    out["doc_keys"][:length] = keys
     ends = np.flatnonzero(np.diff(out["doc_ids"][:length]) != 0)
     out["tokens"][ends] = 1  # EOS closes each document
     out["tokens"][length - 1] = 1

@@ -21,11 +21,11 @@ import jax
 import jax.numpy as jnp
 
 import objectives
+from data import batch as batch_lib
 from objectives import noise as noise_lib
 from zoo import models
 
 Array = jax.Array
-_KEYS = ("tokens", "doc_ids", "sentence_ids", "word_ids", "phrase_ids")
 
 
 def take_options(name, options, defaults):
@@ -152,11 +152,11 @@ def shift_right(tokens, segment_ids, start_id):
 
 
 def as_batch(batch):
-  """The contract's arrays as int32 jnp arrays (`phrase_ids` optional)."""
-  out = {k: jnp.asarray(batch[k], jnp.int32) for k in _KEYS if k in batch}
-  if "phrase_ids" not in out:
-    out["phrase_ids"] = jnp.zeros_like(out["tokens"])
-  return out
+  """The contract's arrays (`data.batch`) as int32 jnp arrays, the optional
+  ones filled by `data.batch.with_defaults` where missing."""
+  out = {k: jnp.asarray(batch[k], jnp.int32) for k in batch_lib.KEYS
+         if k in batch}
+  return batch_lib.with_defaults(out, jnp)
 
 
 def config_fields(family):

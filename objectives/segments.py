@@ -107,7 +107,7 @@ def _lay_out(first, src_a, in_a, second, src_b, in_b):
   for key in first:
     va = jnp.take_along_axis(first[key], src_a, -1)
     vb = jnp.take_along_axis(second[key], src_b, -1)
-    if key != "tokens":  # B's units must never merge with A's
+    if key not in ("tokens", "doc_keys"):  # B's units never merge with A's
       vb = jnp.where(vb > 0, vb + 2 * last + 2, 0)
     out[key] = jnp.where(in_a, va, jnp.where(in_b, vb, 0))
   return out

@@ -3,10 +3,19 @@
 Each row yields one pair `[CLS] A [SEP] B [SEP]`, cut at a sentence boundary
 inside one of its documents (`objectives.segments`):
 
-- nsp: B follows A (label 0) or is the second segment of the next row in
-  the batch (label 1), half each;
+- nsp: B follows A (label 0) or is a segment of another document (label
+  1), half each;
 - sop: A then B (0) or swapped (1), half each;
 - structbert: next (0), swapped (1) or random (2), a third each.
+
+A "random" B is the second segment of another row of the batch whose
+document differs (`doc_keys`: packing cuts one document into several
+consecutive rows, so a neighbouring row is often the same text). A row for
+which the batch holds no other document gets label 0 instead: a negative
+never shares A's document. Concat-and-split batches of few, long rows can
+be a single document (16 rows of 64 pieces of the sample often are), and
+then hold no negatives; larger batches, or the planned stream loader (one
+document stream per row), give the task its balance.
 
 A linear head on the pooled first token (the model's "pooled" where it has
 one) classifies the pair. By default the masked LM runs on the same pair
@@ -27,8 +36,23 @@ _KINDS = {"nsp": ("next", "random"), "sop": ("next", "swap"),
           "structbert": ("next", "swap", "random")}
 
 
-def _roll(x):
-  return jnp.roll(x, 1, axis=0)
+def other_documents(keys):
+  """For each row, the nearest later row (cyclically) of another document.
+
+  Args:
+    keys: [B] int32, each row's chosen document (`doc_keys` at its cut).
+
+  Returns:
+    ([B] int32 partner row, [B] bool whether one exists).
+  """
+  b = keys.shape[0]
+  if b == 1:
+    return jnp.zeros((1,), jnp.int32), jnp.zeros((1,), bool)
+  shift = jnp.arange(1, b)  # candidates r+1, ..., r+B-1 (mod B)
+  rows = (jnp.arange(b)[:, None] + shift[None, :]) % b  # [B, B-1]
+  differs = keys[rows] != keys[:, None]
+  first = jnp.argmax(differs, axis=1)
+  return rows[jnp.arange(b), first], differs.any(axis=1)
 
 
 def sentence_pairs(rng, batch, specials, kinds, length):
@@ -47,7 +71,9 @@ def sentence_pairs(rng, batch, specials, kinds, length):
   k_cut, k_label = jax.random.split(rng)
   cut = segments.choose_cut(k_cut, batch, specials)
   start, end = segments.doc_bounds(batch, cut, specials)
-  other = jax.tree.map(_roll, batch)
+  keys = jnp.take_along_axis(batch["doc_keys"], cut[:, None], axis=1)[:, 0]
+  partner, has_other = other_documents(keys)
+  other = jax.tree.map(lambda x: x[partner], batch)
   build = {
       "next": lambda: segments.build_pair(
           batch, start, cut - start, batch, cut, end - cut, specials,
@@ -56,12 +82,15 @@ def sentence_pairs(rng, batch, specials, kinds, length):
           batch, cut, end - cut, batch, start, cut - start, specials,
           length),
       "random": lambda: segments.build_pair(
-          batch, start, cut - start, other, _roll(cut), _roll(end - cut),
-          specials, length),
+          batch, start, cut - start, other, cut[partner],
+          (end - cut)[partner], specials, length),
   }
   pairs = [build[k]() for k in kinds]
   b = batch["tokens"].shape[0]
   label = jax.random.randint(k_label, (b,), 0, len(kinds))
+  if "random" in kinds:  # no other document in the batch: not a negative
+    label = jnp.where((label == kinds.index("random")) & ~has_other, 0,
+                      label)
   out = pairs[0]
   for i, pair in enumerate(pairs[1:], 1):
     pick = label == i

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import data
+from data import batch as batch_lib
 from data import c4
 from data import loader as loader_lib
-from data import packing
 from data import sample
 
 SAMPLE = {"source": "sample"}
@@ -24,11 +24,11 @@ def test_sample_batches_obey_the_contract():
   ld = data.pretrain_loader(SAMPLE, seq_len=64, batch_size=4, seed=1)
   for _ in range(3):
     batch = next(ld)
-    assert set(batch) == set(packing.KEYS)
+    assert set(batch) == set(batch_lib.KEYS)
     for v in batch.values():
       assert v.shape == (4, 64) and v.dtype == np.int32
     for row in _rows(batch):
-      packing.check_row(row)
+      batch_lib.check_row(row)
       assert (row["tokens"] != 0).all()  # train rows are full
   assert ld.tokenizer.specials()["vocab_size"] == 8000
 
@@ -43,7 +43,7 @@ def test_resume_is_exact_and_state_is_json():
   again.set_state(state)
   for w in want:
     g = next(again)
-    assert all((w[k] == g[k]).all() for k in packing.KEYS)
+    assert all((w[k] == g[k]).all() for k in batch_lib.KEYS)
   other = data.pretrain_loader(SAMPLE, seq_len=32, batch_size=3, seed=6)
   assert not (next(other)["tokens"] == next(data.pretrain_loader(
       SAMPLE, seq_len=32, batch_size=3, seed=5))["tokens"]).all()
@@ -139,7 +139,7 @@ def test_bad_input_is_counted_and_survived(tmp_path):
   assert (tokens == 1).sum() >= len(good) + 3
   for b in batches:
     for row in _rows(b):
-      packing.check_row(row)
+      batch_lib.check_row(row)
 
 
 def test_missing_shard_is_counted():

@@ -5,6 +5,7 @@ import pytest
 
 import data
 from data import annotate
+from data import batch
 from data import packing
 
 DOC = ("Time Warner said on Friday that profits rose. Mr. Smith of the Bank "
@@ -54,7 +55,7 @@ def test_pack_documents_obeys_the_contract(tok):
   assert rows["tokens"].shape == (-(-total // 32), 32)
   assert (rows["tokens"] == 1).sum() == 3  # one EOS per document
   for r in range(len(rows["tokens"])):
-    packing.check_row({k: v[r] for k, v in rows.items()})
+    batch.check_row({k: v[r] for k, v in rows.items()})
     # Constant within a word: a word never spans two sentences or docs.
     w = rows["word_ids"][r]
     for k in ("sentence_ids", "doc_ids"):
@@ -64,50 +65,9 @@ def test_pack_documents_obeys_the_contract(tok):
   assert list(flat[flat != 0]) == [i for d in docs
                                    for i in list(d["tokens"]) + [1]]
   assert (rows["tokens"][-1] == 0).any()  # only the last row is padded
-
-
-def test_check_row_names_the_problem():
-  good = {k: np.array([5, 6, 1, 0]) for k in packing.KEYS}
-  good.update(doc_ids=np.array([1, 1, 1, 0]),
-              sentence_ids=np.array([1, 1, 1, 0]),
-              word_ids=np.array([1, 2, 3, 0]), phrase_ids=np.zeros(4, int))
-  packing.check_row(good)
-  with pytest.raises(ValueError, match="word_ids nonzero on padding"):
-    packing.check_row({**good, "word_ids": np.array([1, 2, 3, 4])})
-  with pytest.raises(ValueError, match="sentence_ids decreases"):
-    packing.check_row({**good, "sentence_ids": np.array([2, 1, 1, 0])})
-
-
-def test_pack_seq2seq_segments_and_positions():
-  ex = [{"inputs": [7, 8, 9], "targets": [10]},
-        {"inputs": [11], "targets": [12, 13]},
-        {"inputs": [14, 15, 16, 17, 18, 19], "targets": [20]}]
-  out = packing.pack_seq2seq(ex, inputs_len=8, targets_len=6)
-  assert out["inputs"].tolist() == [[7, 8, 9, 1, 11, 1, 0, 0],
-                                    [14, 15, 16, 17, 18, 19, 1, 0]]
-  assert out["inputs_segment_ids"].tolist() == [[1, 1, 1, 1, 2, 2, 0, 0],
-                                                [1, 1, 1, 1, 1, 1, 1, 0]]
-  assert out["inputs_positions"][0].tolist() == [0, 1, 2, 3, 0, 1, 0, 0]
-  assert out["targets"].tolist() == [[10, 1, 12, 13, 1, 0],
-                                     [20, 1, 0, 0, 0, 0]]
-  assert out["targets_segment_ids"][0].tolist() == [1, 1, 2, 2, 2, 0]
-  assert out["targets_positions"][0].tolist() == [0, 1, 0, 1, 2, 0]
-  # A row closes when either side is full.
-  tight = packing.pack_seq2seq(ex[:2], inputs_len=8, targets_len=4)
-  assert tight["inputs"].shape == (2, 8)
-  # Unpacked with truncation: one row each, EOS kept last.
-  one = packing.pack_seq2seq(ex, inputs_len=4, targets_len=2, pack=False)
-  assert one["inputs"].shape == (3, 4)
-  assert one["inputs"][2].tolist() == [14, 15, 16, 1]
-  assert one["targets"][1].tolist() == [12, 1]
-
-
-def test_pack_seq2seq_encodes_text(tok):
-  out = packing.pack_seq2seq([{"inputs": "sst2 sentence: good", "targets":
-                               "positive"}], inputs_len=16, targets_len=4,
-                             tokenizer=tok)
-  row = out["targets"][0]
-  assert tok.decode(row) == "positive"
-  with pytest.raises(ValueError, match="no tokenizer"):
-    packing.pack_seq2seq([{"inputs": "x", "targets": "y"}], inputs_len=4,
-                         targets_len=4)
+  # doc_keys name each piece's source document across rows.
+  keys = rows["doc_keys"].ravel()[flat != 0]
+  want = np.concatenate([[batch.doc_key(t)] * (len(d["tokens"]) + 1)
+                         for t, d in zip((DOC, "Short one.", DOC * 3), docs)])
+  np.testing.assert_array_equal(keys, want)
+  assert len(set(want)) == 3

@@ -6,6 +6,8 @@ import jax
 import numpy as np
 import pytest
 
+import data
+import objectives
 from objectives import sentence
 from objectives import testing
 
@@ -20,6 +22,10 @@ def batch():
 def _body(row, doc, d):
   tok = np.asarray(row)[np.asarray(doc) == d]
   return list(tok[tok != SP.eos])
+
+
+def _contains(doc, seg):
+  return any(doc[i:i + len(seg)] == seg for i in range(len(doc)))
 
 
 def _doc_ids(batch, r):
@@ -39,19 +45,52 @@ def test_structbert_pairs_match_their_labels(batch):
     seg_a, seg_b = list(tok[r, 1:a + 1]), list(tok[r, a + 2:a + 2 + b])
     assert tok[r, 0] == SP.cls and tok[r, a + 1] == tok[r, a + 2 + b] == SP.sep
     assert (np.asarray(pair["segment_ids"][r]) > 0).sum() == a + b + 3
-    docs = [_body(batch["tokens"][i], batch["doc_ids"][i], d)
-            for i in (r, (r - 1) % tok.shape[0])
-            for d in _doc_ids(batch, i)]
+    own = [_body(batch["tokens"][r], batch["doc_ids"][r], d)
+           for d in _doc_ids(batch, r)]
+    keys = np.asarray(pair["doc_keys"][r])
+    key_a, key_b = set(keys[1:a + 1]), set(keys[a + 2:a + 2 + b])
     if labels[r] == 0:
-      assert any(seg_a + seg_b == d for d in docs)
+      assert any(seg_a + seg_b == d for d in own) and key_a == key_b
     elif labels[r] == 1:
-      assert any(seg_b + seg_a == d for d in docs)
+      assert any(seg_b + seg_a == d for d in own) and key_a == key_b
     else:
-      # A is a document's head; B another row's tail.
-      own = docs[:len(_doc_ids(batch, r))]
-      other = docs[len(own):]
+      # A is a document's head; B another document's tail.
       assert any(d[:len(seg_a)] == seg_a for d in own)
-      assert any(d[len(d) - len(seg_b):] == seg_b for d in other)
+      assert not key_a & key_b
+      other = [_body(batch["tokens"][i], batch["doc_ids"][i], d)
+               for i in range(tok.shape[0]) for d in _doc_ids(batch, i)
+               if i != r]
+      assert any(_contains(d, seg_b) for d in other)
+
+
+def test_nsp_negatives_never_share_a_document_on_real_rows():
+  """Packing cuts a document into consecutive rows: a neighbouring row is
+  often the same text, never a negative."""
+  ld = data.pretrain_loader({"source": "sample"}, seq_len=64, batch_size=16,
+                            seed=3)
+  specials = objectives.Specials(**ld.tokenizer.specials())
+  pairs = jax.jit(sentence.sentence_pairs, static_argnums=(2, 3, 4))
+  negatives = 0
+  for step in range(4):
+    batch = next(ld)
+    shares = (batch["doc_keys"][1:, 0] == batch["doc_keys"][:-1, -1]).sum()
+    assert step or shares > 0  # the risk is real: rows continue documents
+    pair = pairs(jax.random.key(step), batch, specials, ("next", "random"),
+                 64)
+    keys, label = np.asarray(pair["doc_keys"]), np.asarray(pair["label"])
+    types, real = np.asarray(pair["token_types"]), keys > 0
+    for r in np.flatnonzero(label == 1):
+      a = set(keys[r][real[r] & (types[r] == 0)])
+      assert not a & set(keys[r][real[r] & (types[r] == 1)])
+      negatives += 1
+  assert negatives > 0
+
+
+def test_a_batch_of_one_document_has_no_negatives(batch):
+  one = dict(batch, doc_keys=np.where(np.asarray(batch["doc_ids"]) > 0, 5, 0))
+  pair = sentence.sentence_pairs(jax.random.key(1), one, SP,
+                                 ("next", "swap", "random"), 128)
+  assert set(np.asarray(pair["label"])) == {0, 1}
 
 
 def test_nsp_labels_balanced(batch):

@@ -18,11 +18,9 @@ import numpy as np
 import optax
 
 import objectives
+from data import batch as batch_lib
 from data.synthetic import SyntheticLoader
 from zoo import sharding
-
-BATCH_KEYS = ("tokens", "doc_ids", "sentence_ids", "word_ids", "phrase_ids")
-
 
 def build_loader(config, split: str, batch_size: int, seed: int):
   """This process's batch iterator for `split` ("train" or "validation").
@@ -71,9 +69,9 @@ def build_objective(config, specials: objectives.Specials):
 
 def example_batch(seq_len: int, rows: int = 1) -> dict[str, np.ndarray]:
   """A `[rows, T]` int32 batch of the contract's keys, for shape tracing."""
-  batch = {k: np.zeros((rows, seq_len), np.int32) for k in BATCH_KEYS}
+  batch = {k: np.zeros((rows, seq_len), np.int32) for k in batch_lib.KEYS}
   batch["tokens"][:] = 7
-  for key in BATCH_KEYS[1:4]:
+  for key in ("doc_ids", "sentence_ids", "word_ids", "doc_keys"):
     batch[key][:] = 1
   return batch
 
