@@ -106,15 +106,16 @@ class Loaded:
     Returns:
       "hidden" float32 [B,T,D] (encoder side for encoder-decoders),
       "layers" float32 [L+1,B,T,D], "tokens" int32 [B,T], "mask" bool [B,T]
-      (real pieces), "mean" float32 [B,D] (mean over real pieces).
+      (real pieces), "mean" float32 [B,D] and "layers_mean" float32
+      [L+1,B,D]: `hidden` and `layers` averaged over the real pieces.
     """
     tokens = self.batch(list(texts), max_len)
     out = _embed(self.family, self.config, self.params, jnp.asarray(tokens))
     out = {k: np.asarray(v) for k, v in jax.device_get(out).items()}
     mask = tokens != self.config.pad_id
-    mean = (out["hidden"] * mask[..., None]).sum(1) / mask.sum(1,
-                                                                keepdims=True)
-    return dict(out, tokens=tokens, mask=mask, mean=mean)
+    return dict(out, tokens=tokens, mask=mask,
+                mean=_masked_mean(out["hidden"], mask),
+                layers_mean=_masked_mean(out["layers"], mask))
 
   def word_vector(self, text: str, word: str) -> np.ndarray:
     """float32 [D]: the contextual vector of `word` in `text` (the mean of
@@ -310,6 +311,13 @@ def restore_params(workdir: str, step: int | None = None):
                     "); trying the previous complete checkpoint")
   raise ValueError(f"no checkpoint of {workdir} could be restored:\n"
                    + "\n".join(errors))
+
+
+def _masked_mean(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+  """[..., B, T, D] averaged over the True pieces of mask [B, T] ->
+  [..., B, D] float32 (a row without real pieces gives zeros)."""
+  w = mask[..., None].astype(np.float32)
+  return ((x * w).sum(-2) / np.maximum(w.sum(-2), 1.0)).astype(np.float32)
 
 
 def load_workdir(workdir: str, step: int | None = None) -> Loaded:

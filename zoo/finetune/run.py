@@ -72,15 +72,13 @@ _INIT_OPTIONS = {"xla_backend_optimization_level": 0,
 
 def _fresh_backbone(spec: Spec, sample: dict, rng):
   """Fresh (unboxed) params of the backbone (traced inside `_fresh`)."""
-  model = models.get(spec.family).Model(spec.config)
-  keys = ("enc_tokens", "dec_tokens") if spec.interface == "encdec" else (
-      "tokens",)
-  args = [sample[k] for k in keys]
   # Heads read hidden states: an encoder's pre-training heads (MLM, NSP)
   # are neither built nor trained, so a backbone pre-trained without them
   # (Quick-Thought) loads too, and one with them has them dropped.
-  kw = {"return_logits": False} if spec.interface == "encoder" else {}
-  return nn.meta.unbox(model.init(rng, *args, **kw)["params"])
+  length = sample["enc_tokens" if spec.interface == "encdec" else
+                  "tokens"].shape[1]
+  return models.init_params(spec.family, spec.config, rng, length,
+                            heads=False)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1),

@@ -312,18 +312,9 @@ def backbone(grid, cell: Cell, celldir: str, specials):
     config = models.make_config(cell.model, cell.size,
                                 vocab_size=specials.vocab_size,
                                 **cell.model_args)
-    params = models.get(cell.model).Model(config).init(
-        jax.random.key(int(grid.pretrain.seed)),
-        *_sample_inputs(cell.model, config))["params"]
-    return cell.model, config, nn.meta.unbox(params)
+    return cell.model, config, models.init_params(
+        cell.model, config, jax.random.key(int(grid.pretrain.seed)))
   objective = train_lib.build_objective(cell_config(grid, ref), specials)
   params = objective.init(jax.random.key(int(grid.pretrain.seed)),
                           train_lib.example_batch(int(grid.pretrain.seq_len)))
   return objective.backbone(nn.meta.unbox(params))
-
-
-def _sample_inputs(family: str, config) -> tuple:
-  """Positional inputs of one row for a family's `init`."""
-  one = jax.numpy.ones((1, 8), jax.numpy.int32)
-  return (one, one) if models.interface_of(family, config) == "encdec" else (
-      one,)

@@ -205,9 +205,7 @@ def features(loaded, texts: list[str], max_len: int,
     chunk = list(texts[start:start + batch_size])
     real = len(chunk)
     chunk += [chunk[0]] * (batch_size - real)
-    out = loaded.embed(chunk, max_len=max_len)
-    mask = out["mask"][None, :, :, None].astype(np.float32)
-    pooled = (out["layers"] * mask).sum(2) / np.maximum(mask.sum(2), 1.0)
+    pooled = loaded.embed(chunk, max_len=max_len)["layers_mean"]
     parts.append(np.transpose(pooled, (1, 0, 2))[:real])
   return np.concatenate(parts).astype(np.float32)
 

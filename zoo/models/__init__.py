@@ -88,3 +88,28 @@ def make(family: str, size: str = "tiny", **overrides):
   """`(config, model)` for a family at a named size."""
   config = make_config(family, size, **overrides)
   return config, get(family).Model(config)
+
+
+def init_params(family: str, config, rng, length: int = 8,
+                heads: bool = True):
+  """Fresh (unboxed) params of a family's `Model`, traced on one row.
+
+  Args:
+    family: model family name.
+    config: its `Config`.
+    rng: the init key.
+    length: ids in the traced row (params do not depend on it).
+    heads: False leaves out an encoder's pre-training heads (MLM, NSP),
+      which fine-tuning neither builds nor trains.
+
+  Returns:
+    The params pytree `Model(config).init(...)["params"]` holds.
+  """
+  import flax.linen as nn  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  face = interface_of(family, config)
+  row = jnp.full((1, length), min(7, config.vocab_size - 1), jnp.int32)
+  args = (row, row) if face == "encdec" else (row,)
+  kw = {"return_logits": False} if face == "encoder" and not heads else {}
+  return nn.meta.unbox(get(family).Model(config).init(rng, *args, **kw)[
+      "params"])
