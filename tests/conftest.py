@@ -7,6 +7,8 @@ f32 ops are unchanged). Subprocesses the tests start inherit both settings.
 
 import os
 
+import pytest
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
@@ -15,3 +17,11 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 import jax  # pylint: disable=wrong-import-position
 
 jax.config.update("jax_num_cpu_devices", 8)
+
+
+@pytest.fixture(scope="session")
+def tok():
+  """The embedded sample's tokenizer (8k SentencePiece pieces)."""
+  import data  # pylint: disable=import-outside-toplevel
+  return data.load_tokenizer({})
+

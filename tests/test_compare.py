@@ -19,18 +19,13 @@ import flax.linen as nn
 from zoo import models, train_lib
 from zoo.harness import cells
 from zoo.harness import run as harness_run
+from tests.child_env import REPO, child_env
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _env(cache: str) -> dict:
   """A subprocess environment: 8 CPU devices, one shared compile cache."""
-  env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="8",
-             JAX_COMPILATION_CACHE_DIR=cache,
-             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-             JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
-  env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-  return env
+  return child_env(cache, 8)
 
 
 def _harness(workdir: str, cache: str) -> subprocess.Popen:

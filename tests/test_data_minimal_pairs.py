@@ -10,7 +10,6 @@ import pytest
 
 from data import minimal_pairs as mp
 from data import sample
-from data import tokenizer as tok_lib
 
 
 def _counter(words: str, count: int = 2) -> collections.Counter:
@@ -42,11 +41,6 @@ def folder():
 @pytest.fixture(scope="module")
 def counts(folder):
   return mp.word_counts(mp.training_texts(folder))
-
-
-@pytest.fixture(scope="module")
-def tok(folder):
-  return tok_lib.SentencePieceTokenizer.load(folder / "tokenizer")
 
 
 @pytest.fixture(scope="module")

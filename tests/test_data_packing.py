@@ -1,9 +1,7 @@
 """Annotations and packing: sentence/word/phrase ids and the row contract."""
 
 import numpy as np
-import pytest
 
-import data
 from data import annotate
 from data import batch
 from data import packing
@@ -11,11 +9,6 @@ from data import packing
 DOC = ("Time Warner said on Friday that profits rose. Mr. Smith of the Bank "
        "of England disagreed!\nA new paragraph starts here. It has 2 "
        "sentences.")
-
-
-@pytest.fixture(scope="module")
-def tok():
-  return data.load_tokenizer({})
 
 
 def test_sentence_splitter_respects_abbreviations():

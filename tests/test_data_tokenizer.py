@@ -5,16 +5,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-import data
 from data import tokenizer as tok_lib
 
 TEXT = ("Quarterly profits at US media giant TimeWarner jumped 76% to $1.13bn "
         "for the three months to December.")
-
-
-@pytest.fixture(scope="module")
-def tok():
-  return data.load_tokenizer({})
 
 
 def test_specials_follow_the_t5_layout(tok):

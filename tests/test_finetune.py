@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
-import data
 from data.tasks import Task
 from zoo import finetune
 from zoo.finetune import arrays as finetune_arrays
@@ -68,11 +67,6 @@ def _span_examples(n, seed):
 def _task(name, kind, metric, labels, make):
   return Task(name, kind, metric, labels, {
       "train": make(256, 0), "validation": make(64, 1), "test": make(32, 2)})
-
-
-@pytest.fixture(scope="module")
-def tok():
-  return data.load_tokenizer({})
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,9 @@ from data.synthetic import SyntheticLoader
 from objectives import Specials
 from objectives import noise
 from objectives import segments
-from zoo.models import masks
 from objectives import transforms
+from tests import objective_checks as testing
+from zoo.models import masks
 
 SP = Specials(vocab_size=512)
 KEY = jax.random.key(7)
@@ -48,12 +49,6 @@ def _runs(bits):
       out.append(n)
       n = 0
   return out
-
-
-def _docs(row, key="tokens"):
-  """Pieces of each document of a re-packed row, in order."""
-  seg, tok = np.asarray(row["segment_ids"]), np.asarray(row[key])
-  return {d: list(tok[seg == d]) for d in np.unique(seg) if d > 0}
 
 
 def test_eligible_excludes_pad_and_eos(batch, ok):
@@ -223,10 +218,10 @@ def test_sentinels_numbered_in_order_and_invertible(batch, ok):
   inp, tgt = jax.tree.map(np.asarray, _t5_pair(batch, mask))
   batch = jax.tree.map(np.asarray, batch)
   for r in range(batch["tokens"].shape[0]):
-    orig = _docs({"segment_ids": batch["doc_ids"][r],
+    orig = testing.docs_of({"segment_ids": batch["doc_ids"][r],
                   "tokens": batch["tokens"][r]})
-    ins = _docs(jax.tree.map(lambda x: x[r], inp))
-    tgs = _docs(jax.tree.map(lambda x: x[r], tgt))
+    ins = testing.docs_of(jax.tree.map(lambda x: x[r], inp))
+    tgs = testing.docs_of(jax.tree.map(lambda x: x[r], tgt))
     for d, toks in orig.items():
       sent = [SP.vocab_size - 1 - t for t in ins[d] if t > SP.last_regular]
       assert sent == list(range(len(sent))), sent
@@ -284,8 +279,8 @@ def test_infilling_lengths(batch, ok):
 
 def _assert_doc_permutation(new, old, eos_last=True):
   for r in range(old["tokens"].shape[0]):
-    a = _docs({"segment_ids": new["doc_ids"][r], "tokens": new["tokens"][r]})
-    b = _docs({"segment_ids": old["doc_ids"][r], "tokens": old["tokens"][r]})
+    a = testing.docs_of({"segment_ids": new["doc_ids"][r], "tokens": new["tokens"][r]})
+    b = testing.docs_of({"segment_ids": old["doc_ids"][r], "tokens": old["tokens"][r]})
     assert a.keys() == b.keys()
     for d in a:
       assert sorted(a[d]) == sorted(b[d])
@@ -318,8 +313,8 @@ def test_document_rotation(batch):
   _assert_doc_permutation(out, batch)
   rotated = 0
   for r in range(batch["tokens"].shape[0]):
-    a = _docs({"segment_ids": out["doc_ids"][r], "tokens": out["tokens"][r]})
-    b = _docs({"segment_ids": batch["doc_ids"][r],
+    a = testing.docs_of({"segment_ids": out["doc_ids"][r], "tokens": out["tokens"][r]})
+    b = testing.docs_of({"segment_ids": batch["doc_ids"][r],
                "tokens": batch["tokens"][r]})
     for d in a:
       x = [t for t in a[d] if t != SP.eos]

@@ -9,18 +9,15 @@ import nbclient
 import nbformat
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.child_env import REPO, child_env
+
 NOTEBOOKS = sorted(glob.glob(os.path.join(REPO, "notebooks", "*.ipynb")))
 
 
 def _env(cache: str) -> dict:
   """One CPU device and one compile cache for the harness and the kernels,
   so the kernels reuse what the harness compiled."""
-  return dict(os.environ, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="1",
-              JAX_COMPILATION_CACHE_DIR=cache,
-              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-              JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1",
-              PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  return child_env(cache, 1)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from objectives import common
-from objectives import testing
+from tests import objective_checks as testing
 from zoo import models
 
 

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from objectives import common
-from objectives import testing
+from tests import objective_checks as testing
 
 
 def test_next_token_targets_stop_at_documents():

@@ -10,7 +10,7 @@ from objectives import common
 from objectives import mlm
 from objectives import noise
 from objectives import span_mlm
-from objectives import testing
+from tests import objective_checks as testing
 
 SP = testing.SPECIALS
 

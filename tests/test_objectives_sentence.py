@@ -9,7 +9,7 @@ import pytest
 import data
 import objectives
 from objectives import sentence
-from objectives import testing
+from tests import objective_checks as testing
 
 SP = testing.SPECIALS
 

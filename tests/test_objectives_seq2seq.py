@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from objectives import testing
+from tests import objective_checks as testing
 
 SP = testing.SPECIALS
 
@@ -14,20 +14,14 @@ def batch():
   return testing.tiny_batch(seq_len=128, batch_size=16)
 
 
-def _docs(stream, r, key="tokens"):
-  tok = np.asarray(stream[key][r])
-  seg = np.asarray(stream["segment_ids"][r])
-  return {d: list(tok[seg == d]) for d in np.unique(seg) if d > 0}
-
-
 def test_mass_fragment_is_contiguous_half(batch):
   obj = testing.build("mass", "bart")
   inputs = jax.jit(obj.corrupt)(batch, jax.random.key(0))
   mask = np.asarray(inputs["mask"])
   doc, tok = np.asarray(batch["doc_ids"]), np.asarray(batch["tokens"])
   for r in range(mask.shape[0]):
-    dec = _docs(inputs["dec"], r)
-    at = _docs(inputs["dec"], r, "positions")
+    dec = testing.docs_of(inputs["dec"], r)
+    at = testing.docs_of(inputs["dec"], r, "positions")
     for d in np.unique(doc[r][doc[r] > 0]):
       body = (doc[r] == d) & (tok[r] != SP.eos)
       where = np.flatnonzero(mask[r] & (doc[r] == d))
@@ -67,8 +61,8 @@ def test_bart_noises(batch, noises):
   assert same < 0.97
   if noises in (("permute",), ("rotate",)):
     for r in range(mask.shape[0]):
-      e = _docs(enc, r)
-      o = _docs({"tokens": batch["tokens"], "segment_ids": batch["doc_ids"]},
+      e = testing.docs_of(enc, r)
+      o = testing.docs_of({"tokens": batch["tokens"], "segment_ids": batch["doc_ids"]},
                 r)
       assert {k: sorted(v) for k, v in e.items()} == {
           k: sorted(v) for k, v in o.items()}

@@ -6,17 +6,11 @@ import pytest
 
 import objectives
 from objectives import noise
-from objectives import testing
+from tests import objective_checks as testing
 
 SP = testing.SPECIALS
 NAMES = ("t5_span", "t5_iid", "t5_bert", "t5_mass", "t5_drop",
          "t5_deshuffle", "t5_prefix_lm")
-
-
-def _docs(stream, r):
-  tok = np.asarray(stream["tokens"][r])
-  seg = np.asarray(stream["segment_ids"][r])
-  return {d: list(tok[seg == d]) for d in np.unique(seg) if d > 0}
 
 
 def _corrupt(name, batch, **options):
@@ -39,9 +33,9 @@ def test_span_targets_fit_and_invert(batch):
   assert dec["tokens"].shape[1] < batch["tokens"].shape[1]
   mask = np.asarray(inputs["mask"])
   for r in range(mask.shape[0]):
-    orig = _docs({"tokens": batch["tokens"],
+    orig = testing.docs_of({"tokens": batch["tokens"],
                   "segment_ids": batch["doc_ids"]}, r)
-    e, d = _docs(enc, r), _docs(dec, r)
+    e, d = testing.docs_of(enc, r), testing.docs_of(dec, r)
     assert set(d) == set(orig)  # no document's target was cut off
     for k, toks in orig.items():
       spans, cur = {}, None
@@ -89,7 +83,7 @@ def test_deshuffle_is_a_permutation(batch):
   _, inputs = _corrupt("t5_deshuffle", batch)
   moved = 0
   for r in range(batch["tokens"].shape[0]):
-    e, d = _docs(inputs["enc"], r), _docs(inputs["dec"], r)
+    e, d = testing.docs_of(inputs["enc"], r), testing.docs_of(inputs["dec"], r)
     assert e.keys() == d.keys()
     for k in e:
       assert sorted(e[k]) == sorted(d[k])

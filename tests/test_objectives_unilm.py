@@ -7,7 +7,7 @@ import numpy as np
 
 from objectives import quick_thought
 from objectives import segments
-from objectives import testing
+from tests import objective_checks as testing
 from zoo.models import masks
 
 

@@ -122,3 +122,12 @@ def assert_gathered_loss_matches(obj, batch, part="", rng=jax.random.key(3)):
   for key in ("loss_sum", "weight_sum", "correct_sum"):
     np.testing.assert_allclose(float(got[part + key]), float(want[key]),
                                rtol=2e-6, err_msg=key)
+
+
+def docs_of(stream, r=None, key="tokens"):
+  """{segment id: its pieces, in order} of row r of a re-packed stream
+  (`segment_ids` and `key` arrays), or of `stream` itself as one row."""
+  row = stream if r is None else {k: stream[k][r] for k in
+                                  ("segment_ids", key)}
+  tok, seg = np.asarray(row[key]), np.asarray(row["segment_ids"])
+  return {d: list(tok[seg == d]) for d in np.unique(seg) if d > 0}
