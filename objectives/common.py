@@ -19,6 +19,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import optax
 
 import objectives
 from data import batch as batch_lib
@@ -95,16 +96,12 @@ def prediction_positions(mask, k):
 def binary_sums(scores, labels, weights):
   """Sigmoid cross-entropy sums; scores [B, T] float, labels [B, T] bool."""
   scores = scores.astype(jnp.float32)
-  nll = optax_sigmoid_ce(scores, labels.astype(jnp.float32))
+  nll = optax.sigmoid_binary_cross_entropy(scores,
+                                          labels.astype(jnp.float32))
   w = weights.astype(jnp.float32)
   hit = ((scores > 0) == labels).astype(jnp.float32)
   return {"loss_sum": (nll * w).sum(), "weight_sum": w.sum(),
           "correct_sum": (hit * w).sum()}
-
-
-def optax_sigmoid_ce(x, y):
-  """Stable -[y log sigmoid(x) + (1 - y) log sigmoid(-x)], elementwise."""
-  return jnp.maximum(x, 0) - x * y + jnp.log1p(jnp.exp(-jnp.abs(x)))
 
 
 def combine(parts, weights):
@@ -186,12 +183,11 @@ class Scheme(objectives.Objective):
     args.update(model_args or {})
     self.config, self.model = models.make(
         model, size, vocab_size=specials.vocab_size, **args)
-    self.interface = self._interface(models.get(model))
+    self.interface = self._interface(model)
     self.setup()
 
-  def _interface(self, module):
-    face = getattr(module, "interface", None)
-    face = face(self.config) if callable(face) else module.INTERFACE
+  def _interface(self, family):
+    face = models.interface_of(family, self.config)
     if face not in self.interfaces:
       raise ValueError(
           f"objective {self.name!r} needs a model with interface in "

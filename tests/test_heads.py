@@ -44,20 +44,6 @@ def test_pool_mean_ignores_padding_and_cls_takes_first():
     heads.pool(h, MASK[:, :3], "mean")
 
 
-def test_lm_head_tied_and_untied():
-  h, table = _hidden(), jax.random.normal(jax.random.key(2), (11, D))
-  params, logits = _run(heads.LMHead(11), h, table)
-  chex.assert_shape(logits, (B, T, 11))
-  assert set(params["params"]) == {"bias"}
-  bias = nn.meta.unbox(params["params"]["bias"])
-  np.testing.assert_allclose(logits, h @ table.T + bias, atol=1e-5)
-  params, logits = _run(heads.MLMHead(11), h)
-  assert {"kernel", "transform", "transform_norm"} <= set(params["params"])
-  chex.assert_shape(logits, (B, T, 11))
-  with pytest.raises(ValueError, match="tied embedding shape"):
-    _run(heads.LMHead(12), h, table)
-
-
 @pytest.mark.parametrize("pool", ["cls", "mean"])
 def test_sequence_classifier_shapes_and_padding(pool):
   head = heads.SequenceClassifier(5, pool=pool, pre_dense=True)
@@ -184,8 +170,7 @@ def test_adapter_mask_on_boxed_params_mirrors_unboxed_tree():
 
 def test_every_head_param_has_valid_logical_axes():
   h = _hidden()
-  mods = [(heads.MLMHead(16), (h,)), (heads.SequenceClassifier(4, pre_dense=True),
-                                      (h, MASK)),
+  mods = [(heads.SequenceClassifier(4, pre_dense=True), (h, MASK)),
           (heads.TokenTagger(4, "bilstm", 4), (h, MASK)),
           (heads.SpanQA(), (h, MASK)), (heads.ScalarMix(2), ([h, h],))]
   mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})

@@ -144,7 +144,7 @@ def param_shapes(family: str, config) -> Params:
   """Unboxed `jax.ShapeDtypeStruct`s of `family`'s params at `config`."""
   model = models.get(family).Model(config)
   tokens = jnp.zeros((1, 4), jnp.int32)
-  interface = models.get(family).INTERFACE
+  interface = models.interface_of(family, config)
   args = (tokens, tokens) if interface == "encdec" else (tokens,)
   rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
   return _unbox(jax.eval_shape(model.init, rngs, *args)["params"])

@@ -1,4 +1,4 @@
-"""Fine-tuning and pre-training heads that sit on any family's outputs.
+"""Fine-tuning heads that sit on any family's outputs.
 
 Every head reads the states a family returns (`hidden` [B,T,D], or the
 `layers` tuple for a scalar mix) and a padding mask [B,T] bool (True = real
@@ -55,56 +55,6 @@ def pool(hidden: Array, mask: Array | None = None, kind: str = "cls") -> Array:
     total = jnp.sum(hidden * keep, axis=1)
     return total / jnp.maximum(jnp.sum(keep, axis=1), 1.0)
   raise ValueError(f"unknown pooling {kind!r}; use 'cls' or 'mean'")
-
-
-class LMHead(nn.Module):
-  """Token logits: optional BERT transform, then a tied or own projection.
-
-  Attributes:
-    vocab_size: V.
-    transform: dense + activation + LayerNorm before the projection (BERT's
-      MLM head); False = a plain LM head.
-    activation: of the transform (a `layers.ACTIVATIONS` name).
-    layer_norm_eps: of the transform's LayerNorm.
-    use_bias: an output bias [V].
-    dtype: compute dtype name.
-  """
-  vocab_size: int
-  transform: bool = False
-  activation: str = "gelu"
-  layer_norm_eps: float = 1e-12
-  use_bias: bool = True
-  dtype: str = "float32"
-
-  @nn.compact
-  def __call__(self, hidden: Array, embedding: Array | None = None) -> Array:
-    """hidden [B,T,D], embedding [V,D] (tied) or None -> logits [B,T,V] f32."""
-    d = hidden.shape[-1]
-    h = hidden
-    if self.transform:
-      h = layers.Dense(d, ("embed", "mlp"), dtype=self.dtype,
-                       name="transform")(h)
-      h = layers.activation_fn(self.activation)(h)
-      h = layers.LayerNorm(self.layer_norm_eps, name="transform_norm")(h)
-    dtype = layers.compute_dtype(self.dtype)
-    if embedding is None:
-      w = layers.param_with_axes(self, "kernel", layers.default_init,
-                                 (d, self.vocab_size), ("embed", "vocab"))
-      logits = layers.einsum("btd,dv->btv", h, w, dtype)
-    else:
-      if embedding.shape != (self.vocab_size, d):
-        raise ValueError(f"tied embedding shape {embedding.shape}, want "
-                         f"[V={self.vocab_size}, D={d}]")
-      logits = layers.einsum("btd,vd->btv", h, embedding, dtype)
-    if self.use_bias:
-      logits = logits + layers.param_with_axes(
-          self, "bias", nn.initializers.zeros, (self.vocab_size,), ("vocab",))
-    return logits
-
-
-class MLMHead(LMHead):
-  """BERT's masked-LM head: `LMHead` with the transform on."""
-  transform: bool = True
 
 
 class SequenceClassifier(nn.Module):
