@@ -12,7 +12,7 @@ import torch
 
 from tests.fast_params import fast_params
 from zoo import sharding
-from zoo.models import elmo, heads, make
+from zoo.models import elmo, heads, lstm, make
 
 B, T = 4, 9  # B divisible by the mesh's data x fsdp
 
@@ -133,7 +133,7 @@ def test_bad_configs_are_named(override, words):
 
 def test_projected_lstm_matches_torch():
   din, cells, proj = 5, 6, 3
-  layer = elmo.LSTM(cells, proj_dim=proj)
+  layer = lstm.LSTM(cells, proj_dim=proj)
   x = jax.random.normal(jax.random.key(0), (2, 7, din))
   seg = jnp.ones((2, 7), jnp.int32)
   params = nn.meta.unbox(fast_params(layer, x, seg))["params"]

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zoo.models import layers as layers_lib
+from zoo.models import lstm as lstm_lib
 
 INTERFACE = "lstm"
 ACTIVATION_AXES = ("batch", "length", "embed")
@@ -72,15 +73,6 @@ SIZES = {
 }
 
 
-def _dot(eq: str, x, w, dtype: str):
-  """einsum in the compute dtype with a float32 result."""
-  return layers_lib.einsum(eq, x, w, layers_lib.compute_dtype(dtype))
-
-
-def _param(module, name, init, shape, axes):
-  return module.param(name, nn.with_logical_partitioning(init, axes), shape)
-
-
 def char_table(pieces: list[str], max_chars: int) -> np.ndarray:
   """Character ids of every vocabulary piece, for `chars = table[tokens]`.
 
@@ -101,97 +93,6 @@ def char_table(pieces: list[str], max_chars: int) -> np.ndarray:
   return table
 
 
-def segment_starts(segment_ids):
-  """bool [B,T]: True where a new segment begins (state must restart)."""
-  first = jnp.ones_like(segment_ids[:, :1], dtype=bool)
-  return jnp.concatenate([first, segment_ids[:, 1:] != segment_ids[:, :-1]],
-                         axis=1)
-
-
-class LSTM(nn.Module):
-  """One-direction LSTM, optionally with ELMo's projection and clipping.
-
-  Attributes:
-    cells: C memory cells.
-    proj_dim: D projected state width; 0 = no projection (state width C).
-    cell_clip / proj_clip: clip bounds; 0 = no clipping.
-    reverse: run right to left (a backward LM).
-  """
-  cells: int
-  proj_dim: int = 0
-  cell_clip: float = 0.0
-  proj_clip: float = 0.0
-  reverse: bool = False
-  dtype: str = "float32"
-
-  @nn.compact
-  def __call__(self, x, segment_ids):
-    """x [B,T,Din] float, segment_ids [B,T] int32 -> states [B,T,D] f32."""
-    c, d = self.cells, self.proj_dim or self.cells
-    init = nn.initializers.lecun_normal()
-    w_in = _param(self, "input_kernel", init, (x.shape[-1], 4 * c),
-                  ("embed", "lstm"))
-    w_state = _param(self, "state_kernel", init, (d, 4 * c), ("embed", "lstm"))
-    # The forget gate starts open (bias 1) so early gradients flow.
-    bias = _param(self, "bias", _forget_bias_init, (4 * c,), ("lstm",))
-    w_proj = (_param(self, "proj_kernel", init, (c, d), ("lstm", "embed"))
-              if self.proj_dim else None)
-    if self.reverse:
-      x, segment_ids = x[:, ::-1], segment_ids[:, ::-1]
-    xw = _dot("btd,dg->btg", x, w_in, self.dtype) + bias
-    states = self._scan(xw, segment_starts(segment_ids), w_state, w_proj)
-    return states[:, ::-1] if self.reverse else states
-
-  def _scan(self, xw, starts, w_state, w_proj):
-    """Runs the recurrence over T; xw [B,T,4C], starts [B,T] bool."""
-    b, c = xw.shape[0], self.cells
-    d = self.proj_dim or c
-
-    def step(carry, inputs):
-      h, mem = carry
-      xw_t, start_t = inputs
-      keep = ~start_t[:, None]
-      h, mem = jnp.where(keep, h, 0.0), jnp.where(keep, mem, 0.0)
-      z = xw_t + _dot("bd,dg->bg", h, w_state, self.dtype)
-      i, f, g, o = jnp.split(z, 4, axis=-1)
-      mem = jax.nn.sigmoid(i) * jnp.tanh(g) + jax.nn.sigmoid(f) * mem
-      if self.cell_clip:
-        mem = jnp.clip(mem, -self.cell_clip, self.cell_clip)
-      h = jax.nn.sigmoid(o) * jnp.tanh(mem)
-      if w_proj is not None:
-        h = _dot("bc,cd->bd", h, w_proj, self.dtype)
-        if self.proj_clip:
-          h = jnp.clip(h, -self.proj_clip, self.proj_clip)
-      return (h, mem), h
-
-    init = (jnp.zeros((b, d), jnp.float32), jnp.zeros((b, c), jnp.float32))
-    _, hs = jax.lax.scan(step, init, (xw.swapaxes(0, 1), starts.swapaxes(0, 1)))
-    return hs.swapaxes(0, 1)
-
-
-def _forget_bias_init(key, shape, dtype=jnp.float32):
-  del key
-  c = shape[0] // 4
-  return jnp.zeros(shape, dtype).at[c:2 * c].set(1.0)
-
-
-class BiLSTM(nn.Module):
-  """A forward and a backward LSTM over the same inputs, concatenated.
-
-  Used by the tagging head; ELMo keeps its directions apart instead.
-  """
-  cells: int
-  dtype: str = "float32"
-
-  @nn.compact
-  def __call__(self, x, segment_ids):
-    """x [B,T,D] float, segment_ids [B,T] int32 -> [B,T,2C] float32."""
-    fwd = LSTM(self.cells, dtype=self.dtype, name="forward")(x, segment_ids)
-    bwd = LSTM(self.cells, reverse=True, dtype=self.dtype,
-               name="backward")(x, segment_ids)
-    return jnp.concatenate([fwd, bwd], axis=-1)
-
-
 class CharCNN(nn.Module):
   """Token vectors from character ids: convolutions, max-pool, highway."""
   config: Config
@@ -203,7 +104,7 @@ class CharCNN(nn.Module):
     if chars.shape[-1] < max(w for w, _ in cfg.char_filters):
       raise ValueError(f"chars has {chars.shape[-1]} characters per token, "
                        "fewer than the widest char filter")
-    table = _param(self, "char_embedding", nn.initializers.normal(1.0),
+    table = lstm_lib.param(self, "char_embedding", nn.initializers.normal(1.0),
                    (CHAR_VOCAB, cfg.char_embed_dim), ("char_vocab", None))
     x = jnp.take(table, chars, axis=0)
     pooled = [self._conv(x, w, n, i) for i, (w, n) in
@@ -211,34 +112,34 @@ class CharCNN(nn.Module):
     h = jnp.concatenate(pooled, axis=-1)
     for i in range(cfg.num_highway):
       h = self._highway(h, i)
-    w = _param(self, "proj_kernel", nn.initializers.lecun_normal(),
+    w = lstm_lib.param(self, "proj_kernel", nn.initializers.lecun_normal(),
                (h.shape[-1], cfg.embed_dim), ("mlp", "embed"))
-    b = _param(self, "proj_bias", nn.initializers.zeros, (cfg.embed_dim,),
+    b = lstm_lib.param(self, "proj_bias", nn.initializers.zeros, (cfg.embed_dim,),
                ("embed",))
-    return _dot("btf,fd->btd", h, w, cfg.dtype) + b
+    return lstm_lib.dot("btf,fd->btd", h, w, cfg.dtype) + b
 
   def _conv(self, x, width, count, i):
     """Max over positions of one convolution, then ReLU: [B,T,count]."""
     k, e = x.shape[-2], x.shape[-1]
-    w = _param(self, f"conv{i}_kernel", nn.initializers.lecun_normal(),
+    w = lstm_lib.param(self, f"conv{i}_kernel", nn.initializers.lecun_normal(),
                (width, e, count), (None, None, "mlp"))
-    b = _param(self, f"conv{i}_bias", nn.initializers.zeros, (count,),
+    b = lstm_lib.param(self, f"conv{i}_bias", nn.initializers.zeros, (count,),
                ("mlp",))
     span = k - width + 1
-    out = sum(_dot("btke,ef->btkf", x[:, :, j:j + span], w[j],
+    out = sum(lstm_lib.dot("btke,ef->btkf", x[:, :, j:j + span], w[j],
                    self.config.dtype) for j in range(width))
     return jax.nn.relu(jnp.max(out + b, axis=2))
 
   def _highway(self, h, i):
     """gate * h + (1 - gate) * relu(W h): [B,T,F] -> [B,T,F]."""
     f = h.shape[-1]
-    w = _param(self, f"highway{i}_kernel", nn.initializers.lecun_normal(),
+    w = lstm_lib.param(self, f"highway{i}_kernel", nn.initializers.lecun_normal(),
                (f, 2 * f), (None, "mlp"))
     # Gate bias 1 favours carrying h through unchanged early in training.
-    b = _param(self, f"highway{i}_bias",
+    b = lstm_lib.param(self, f"highway{i}_bias",
                lambda k, s, d=jnp.float32: jnp.zeros(s, d).at[f:].set(1.0),
                (2 * f,), ("mlp",))
-    z = _dot("btf,fg->btg", h, w, self.config.dtype) + b
+    z = lstm_lib.dot("btf,fg->btg", h, w, self.config.dtype) + b
     nonlinear, gate = jnp.split(z, 2, axis=-1)
     gate = jax.nn.sigmoid(gate)
     return gate * h + (1.0 - gate) * jax.nn.relu(nonlinear)
@@ -288,7 +189,7 @@ class Model(nn.Module):
     layers = [jnp.concatenate([x, x], axis=-1)]
     drop = layers_lib.Dropout(cfg.dropout_rate)
     fwd = bwd = drop(x, deterministic=deterministic)
-    lstm_cls = nn.remat(LSTM) if cfg.remat else LSTM
+    lstm_cls = nn.remat(lstm_lib.LSTM) if cfg.remat else lstm_lib.LSTM
     kw = dict(cells=cfg.lstm_dim, proj_dim=cfg.embed_dim,
               cell_clip=cfg.cell_clip, proj_clip=cfg.proj_clip, dtype=cfg.dtype)
     for i in range(cfg.num_layers):
@@ -313,7 +214,7 @@ class Model(nn.Module):
     cfg = self.config
     if cfg.char_cnn:
       return CharCNN(cfg, name="char_cnn")(chars)
-    table = _param(self, "token_embedding", nn.initializers.normal(1.0),
+    table = lstm_lib.param(self, "token_embedding", nn.initializers.normal(1.0),
                    (cfg.vocab_size, cfg.embed_dim), ("vocab", "embed"))
     return jnp.take(table, tokens, axis=0)
 
@@ -324,12 +225,12 @@ class Model(nn.Module):
       table = self.get_variable("params", "token_embedding")
       w, eq = nn.meta.unbox(table), "...d,vd->...v"
     else:
-      w = _param(self, "softmax_kernel", nn.initializers.lecun_normal(),
+      w = lstm_lib.param(self, "softmax_kernel", nn.initializers.lecun_normal(),
                  (cfg.embed_dim, cfg.vocab_size), ("embed", "vocab"))
       eq = "...d,dv->...v"
-    bias = _param(self, "softmax_bias", nn.initializers.zeros,
+    bias = lstm_lib.param(self, "softmax_bias", nn.initializers.zeros,
                   (cfg.vocab_size,), ("vocab",))
-    return _dot(eq, h, w, cfg.dtype) + bias
+    return lstm_lib.dot(eq, h, w, cfg.dtype) + bias
 
 
 def _check(cfg: Config, chars) -> None:

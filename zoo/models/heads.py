@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from zoo.models import layers
-from zoo.models.elmo import BiLSTM
+from zoo.models.lstm import BiLSTM
 
 Array = jax.Array
 
