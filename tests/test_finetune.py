@@ -161,10 +161,19 @@ def test_tag_positions_are_each_words_first_piece(tok):
   assert worse["accuracy"] < perfect["accuracy"]
 
 
-def test_tag_head_trains(tok):
+@pytest.mark.parametrize("tagger", ["linear", "bilstm"])
+def test_tag_head_trains(tok, tagger):
   task = _task("tags", "tags", "accuracy", list("AVF"), _tag_examples)
-  metrics, _ = _run(tok, task, "bert", None, "full", max_len=24)
+  metrics, state = _run(tok, task, "bert", None, "full", max_len=24,
+                        tagger=tagger)
   assert metrics["validation/accuracy"] > 60  # three tags: chance ~33
+  head = state.params["head"]["tag"]
+  assert ("bilstm" in head) == (tagger == "bilstm")
+
+
+def test_unknown_tagger_is_refused(tok, topic):
+  with pytest.raises(ValueError, match="unknown tagger 'crf'"):
+    _run(tok, topic, "bert", None, "full", tagger="crf")
 
 
 def test_span_head_scores_decoded_answers(tok):

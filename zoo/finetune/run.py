@@ -175,7 +175,7 @@ def finetune(family: str, config, params, task, tokenizer, *,
              batch_size: int = 16, lr: float = 1e-4, max_len: int = 128,
              max_target_len: int = 32, warmup_steps: int | None = None,
              weight_decay: float = 0.01, adapter_dim: int = 16,
-             pool: str = "auto",
+             pool: str = "auto", tagger: str = "linear",
              splits: tuple[str, ...] = ("validation", "test"),
              eval_limit: int | None = None, beams: int = 0,
              scoring: str = "rank", return_state: bool = False):
@@ -201,6 +201,8 @@ def finetune(family: str, config, params, task, tokenizer, *,
       "mean", or "auto" (cls for BERT-like encoders, mean for T5's encoder,
       ELMo and GPT-2). Without NSP the [cls] state of a briefly pre-trained
       encoder carries little, so short comparisons favour "mean".
+    tagger: the head of tags tasks: "linear", or "bilstm" (a BiLSTM over
+      the backbone's states, as ELMo's taggers).
     splits: the evaluation splits.
     eval_limit: score only the first this many examples of each split.
     beams: >1 decodes encoder-decoders with beam search.
@@ -215,7 +217,8 @@ def finetune(family: str, config, params, task, tokenizer, *,
   spec = spec_lib.make_spec(family, config, task, mode=mode, steps=steps,
                             lr=lr, warmup_steps=warmup_steps,
                             weight_decay=weight_decay,
-                            adapter_dim=adapter_dim, pool=pool)
+                            adapter_dim=adapter_dim, pool=pool,
+                            tagger=tagger)
   # Targets pad to the cap (greedy decoding stops at eos anyway), so the
   # compiled train and generate steps do not depend on the task.
   lengths = {"inputs": max_len, "targets": max_target_len}

@@ -11,6 +11,7 @@ from zoo import models
 
 MODES = ("full", "frozen", "adapters", "scalar_mix")
 HEAD_KINDS = ("class", "pair", "regression", "tags", "span")
+TAGGERS = ("linear", "bilstm")  # tagging heads (`heads.TokenTagger` kinds)
 # Backbones whose first position is no summary token: pool by mean.
 _MEAN_POOL = ("t5", "elmo", "gpt2")
 POOLS = ("auto", "cls", "mean")
@@ -41,6 +42,8 @@ class Spec:
     head_dropout: dropout inside the head.
     pool: how class, pair and regression heads summarise the sequence:
       "cls" (first position) or "mean" (over non-pad positions).
+    tagger: the head of tags tasks, one of `TAGGERS`: "linear" per piece,
+      or "bilstm" (a BiLSTM over the states, then linear).
   """
   family: str
   config: Any
@@ -55,6 +58,7 @@ class Spec:
   clip_norm: float = 1.0
   head_dropout: float = 0.1
   pool: str = "cls"
+  tagger: str = "linear"
 
   @property
   def text_to_text(self) -> bool:
@@ -100,7 +104,8 @@ def check(spec: Spec, tokenizer, lengths: dict) -> None:
 def make_spec(family: str, config, task, *, mode: str = "full",
               steps: int = 100, lr: float = 1e-4,
               warmup_steps: int | None = None, weight_decay: float = 0.01,
-              adapter_dim: int = 16, pool: str = "auto") -> Spec:
+              adapter_dim: int = 16, pool: str = "auto",
+              tagger: str = "linear") -> Spec:
   """The `Spec` of fine-tuning `family` under `config` on `task`."""
   if mode == "adapters" and not config.adapter_dim:
     config = dataclasses.replace(config, adapter_dim=adapter_dim)
@@ -109,6 +114,8 @@ def make_spec(family: str, config, task, *, mode: str = "full",
   # Text-to-text runs have no head: without a label count in the spec,
   # every task of a family shares one compiled step.
   labels = 0 if interface in ("encdec", "decoder") else len(task.labels)
+  if tagger not in TAGGERS:
+    raise ValueError(f"unknown tagger {tagger!r}; one of {TAGGERS}")
   return Spec(family, config, interface, task.kind, mode, labels, steps, lr,
               warmup, weight_decay,
-              pool=resolve_pool(family, pool))
+              pool=resolve_pool(family, pool), tagger=tagger)

@@ -32,12 +32,14 @@ class TaskHead(nn.Module):
     pool: "cls" or "mean".
     mix_layers: L+1 to mix `outputs["layers"]`; 0 reads `outputs["hidden"]`.
     dropout_rate: head dropout.
+    tagger: "linear" or "bilstm", the head of tags tasks.
   """
   kind: str
   num_labels: int
   pool: str = "cls"
   mix_layers: int = 0
   dropout_rate: float = 0.1
+  tagger: str = "linear"
 
   @nn.compact
   def __call__(self, outputs: dict, mask: jax.Array,
@@ -57,7 +59,8 @@ class TaskHead(nn.Module):
       return heads.Regressor(1, **kw, name="regress")(
           h, mask, deterministic=deterministic)
     if self.kind == "tags":
-      return heads.TokenTagger(self.num_labels, dropout_rate=self.dropout_rate,
+      return heads.TokenTagger(self.num_labels, self.tagger,
+                               dropout_rate=self.dropout_rate,
                                name="tag")(h, mask, deterministic=deterministic)
     return heads.SpanQA(name="span")(h, answer_mask)
 
@@ -66,7 +69,7 @@ def task_head(spec: Spec) -> TaskHead:
   """The `TaskHead` of a spec."""
   mix = spec.num_states if spec.mode == "scalar_mix" else 0
   return TaskHead(spec.kind, spec.num_labels, spec.pool, mix,
-                  spec.head_dropout)
+                  spec.head_dropout, spec.tagger)
 
 
 def backbone_outputs(spec: Spec, params, batch: dict, *, deterministic: bool,
