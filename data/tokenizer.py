@@ -55,6 +55,12 @@ class SentencePieceTokenizer:
              for i, p in enumerate(pieces)]
     self.word_start = np.array(opens + [True] * NUM_SENTINELS, bool)
 
+  def pieces(self) -> list[str]:
+    """The text of every id, sentinels (`<extra_id_i>`) included."""
+    out = [self.sp.id_to_piece(i) for i in range(self.num_pieces)]
+    return out + [f"<extra_id_{NUM_SENTINELS - 1 - i}>"
+                  for i in range(NUM_SENTINELS)]
+
   def encode(self, text: str) -> list[int]:
     """Ids of `text`; `<extra_id_i>` becomes sentinel i."""
     if "<extra_id_" not in text:
@@ -159,6 +165,10 @@ class WordPieceTokenizer:
     tk.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
     tk.add_special_tokens(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
     self._tk = tk
+
+  def pieces(self) -> list[str]:
+    """The text of every id."""
+    return list(self.vocab)
 
   def encode(self, text: str) -> list[int]:
     """Ids of `text` (no [CLS]/[SEP] added)."""
@@ -280,6 +290,11 @@ class HFTokenizer:
     tk.no_padding()  # as the reference loads it: rows pad in the zoo
     tk.no_truncation()
     return cls(tk, tokens)
+
+  def pieces(self) -> list[str]:
+    """The text of every id."""
+    vocab = self._tk.get_vocab(with_added_tokens=True)
+    return sorted(vocab, key=vocab.get)
 
   def encode(self, text: str) -> list[int]:
     """Ids of `text`, no specials added."""

@@ -117,16 +117,42 @@ def decoder_sums(outputs, dec):
 
 
 class BiLM(common.Scheme):
-  """ELMo: a forward and a backward LM, averaged."""
+  """ELMo: a forward and a backward LM, averaged.
+
+  A character-CNN ELMo (`char_cnn=True`) reads each piece's characters:
+  `char_table` [V, K] int32 (`zoo.models.elmo.char_table` of the
+  tokenizer's pieces, which `zoo.train` builds) gives them, looked up
+  inside jit.
+  """
   name = "bilm"
   interfaces = ("lstm",)
+  defaults = {"char_table": None}
   part_weights = {"lm": 0.0, "forward": 0.5, "backward": 0.5}
+
+  def setup(self):
+    table = self.options["char_table"]
+    if not getattr(self.config, "char_cnn", False):
+      self.char_table = None
+      return
+    if table is None:
+      raise ValueError("a char-CNN ELMo reads character ids: build bilm "
+                       "with char_table=elmo.char_table(tokenizer.pieces(), "
+                       "max_chars), as zoo.train does")
+    table = jnp.asarray(table, jnp.int32)
+    want = (self.config.vocab_size, self.config.max_chars)
+    if table.ndim != 2 or table.shape[0] < want[0] or table.shape[1] != want[1]:
+      raise ValueError(f"char_table {table.shape} does not cover the "
+                       f"vocabulary x max_chars {want}")
+    self.char_table = table
 
   def corrupt(self, batch, rng):
     return batch
 
   def model_inputs(self, inputs):
-    return (inputs["tokens"],), {"segment_ids": inputs["doc_ids"]}
+    kw = {"segment_ids": inputs["doc_ids"]}
+    if self.char_table is not None:
+      kw["chars"] = jnp.take(self.char_table, inputs["tokens"], axis=0)
+    return (inputs["tokens"],), kw
 
   def score(self, params, inputs, outputs, rng, deterministic):
     tok, doc = inputs["tokens"], inputs["doc_ids"]

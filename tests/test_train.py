@@ -217,3 +217,21 @@ def test_metrics_are_ratios_of_sums():
                    "gen_weight_sum": 4.0, "correct_sum": 5.0})
   assert out == {"step_loss": 3.0, "loss": 3.0, "weight_sum": 10.0,
                  "gen_loss": 2.0, "gen_weight_sum": 4.0, "correct": 0.5}
+
+
+def test_char_cnn_elmo_pretrains_through_the_trainer(tmp_path):
+  """ELMo's character CNN reads the characters of the tokenizer's pieces,
+  looked up inside the step from the table `zoo.train` builds."""
+  config = importlib.import_module("configs.elmo_bilm").get_config("tiny")
+  config.data.source = "sample"
+  config.model_args = {"char_cnn": True}
+  config.update(steps=3, batch_size=8, seq_len=32, eval_steps=0,
+                log_every=1, checkpoint_every=3)
+  final = train.train(config, str(tmp_path))
+  assert np.isfinite(final["loss"])
+  params = checkpoint.restore_replicated(str(tmp_path), 3)[0]["params"]
+  assert "char_cnn" in params["model"] and "token_embedding" not in str(
+      jax.tree_util.tree_structure(params["model"]))
+  with pytest.raises(ValueError, match="has no tokenizer"):
+    config.data.source = "synthetic"
+    train.train(config, str(tmp_path / "synthetic"))

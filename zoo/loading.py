@@ -331,7 +331,7 @@ def load_workdir(workdir: str, step: int | None = None) -> Loaded:
   tokenizer = tok_lib.load_path(tok_dir) if os.path.isdir(tok_dir) else None
   specials = (objectives.Specials(**tokenizer.specials()) if tokenizer
               else train_lib.specials_of(config, None))
-  objective = train_lib.build_objective(config, specials)
+  objective = train_lib.build_objective(config, specials, tokenizer)
   params, step = restore_params(workdir, step)
   family, model_config, backbone = objective.backbone(params)
   return Loaded(family, model_config, backbone, tokenizer, step, workdir,

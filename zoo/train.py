@@ -64,7 +64,8 @@ class _Run:
     self.loader = lib.build_loader(config, "train", self.local_rows,
                                    int(config.seed))
     self.objective = lib.build_objective(
-        config, lib.specials_of(config, self.loader))
+        config, lib.specials_of(config, self.loader),
+        getattr(self.loader, "tokenizer", None))
     steps = int(config.steps)
     self.tx = optim.make(config.optimizer, steps)
     self.setup = lib.setup_state(self.objective, self.tx, config, self.mesh)

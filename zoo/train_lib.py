@@ -20,6 +20,7 @@ import optax
 import objectives
 from data import batch as batch_lib
 from data.synthetic import SyntheticLoader
+from zoo import models
 from zoo import sharding
 
 def build_loader(config, split: str, batch_size: int, seed: int):
@@ -57,12 +58,25 @@ def specials_of(config, loader) -> objectives.Specials:
   return objectives.Specials(vocab_size=int(config.data.get("vocab_size", 512)))
 
 
-def build_objective(config, specials: objectives.Specials):
-  """The objective the config names, bound to its model and size."""
+def build_objective(config, specials: objectives.Specials, tokenizer=None):
+  """The objective the config names, bound to its model and size.
+
+  A character-CNN ELMo also gets the character table of `tokenizer`'s
+  pieces (required then).
+  """
   options = dict(config.get("objective_args", {}) or {})
   model_args = dict(config.get("model_args", {}) or {})
   if model_args:
     options["model_args"] = model_args
+  if model_args.get("char_cnn"):
+    if tokenizer is None:
+      raise ValueError("a char-CNN ELMo reads the characters of its "
+                       "tokenizer's pieces; this run has no tokenizer "
+                       "(the synthetic source has none)")
+    from zoo.models import elmo  # pylint: disable=import-outside-toplevel
+    max_chars = models.make_config(config.model, config.size,
+                                   **model_args).max_chars
+    options["char_table"] = elmo.char_table(tokenizer.pieces(), max_chars)
   return objectives.build(config.objective, model=config.model,
                           size=config.size, specials=specials, **options)
 
