@@ -29,13 +29,14 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _two_processes(workdir: str):
+def _two_processes(workdir: str, mesh=MESH, ok: bool = True) -> list[str]:
+  """Runs the toy config as 2 processes of 4 CPU devices; their stderr."""
   port = _free_port()
   env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="4")
   env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
   procs = [subprocess.Popen(
       [sys.executable, TOY, f"--config={TOY}:steps={STEPS}",
-       f"--workdir={workdir}", "--record_batches", *MESH,
+       f"--workdir={workdir}", "--record_batches", *mesh,
        f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
        f"--process_id={i}"], env=env, stdout=subprocess.PIPE,
       stderr=subprocess.PIPE, text=True) for i in range(2)]
@@ -48,7 +49,17 @@ def _two_processes(workdir: str):
         p.kill()
       raise
   for proc, (_, err) in zip(procs, outs):
-    assert proc.returncode == 0, err[-3000:]
+    assert (proc.returncode == 0) == ok, err[-3000:]
+  return [err for _, err in outs]
+
+
+def test_a_tensor_axis_across_processes_is_refused(tmp_path):
+  """Both processes would hold the one batch shard and feed it different
+  rows: refused before anything runs."""
+  errs = _two_processes(str(tmp_path), ["--config.mesh.data=1",
+                                        "--config.mesh.fsdp=1",
+                                        "--config.mesh.tensor=8"], ok=False)
+  assert all("held by devices of processes [0, 1]" in e for e in errs)
 
 
 def test_two_processes_equal_one_with_eight_devices(tmp_path):

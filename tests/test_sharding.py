@@ -154,3 +154,29 @@ def test_sharded_init_and_activation_constraints():
   assert sharding.batch_divisor(mesh, sharding.DEFAULT_RULES) == 4
   assert sharding.batch_sharding(mesh, sharding.DEFAULT_RULES).spec == P(
       ("data", "fsdp"), None)
+
+
+class _Device:
+  def __init__(self, index, process):
+    self.id, self.process_index = index, process
+
+
+def _mesh_of(processes, shape):
+  """A stand-in mesh: `.devices` with process indices, `.axis_names`."""
+  devices = np.array([_Device(i, p) for i, p in enumerate(processes)],
+                     dtype=object).reshape(shape)
+  return type("Mesh", (), {"devices": devices,
+                           "axis_names": sharding.MESH_AXES})()
+
+
+def test_batch_shards_held_by_two_processes_are_found():
+  rules = sharding.DEFAULT_RULES
+  # 2 processes x 4 devices, tensor pairs inside a process: fine.
+  assert not sharding.shared_batch_shards(
+      _mesh_of([0, 0, 0, 0, 1, 1, 1, 1], (2, 2, 2)), rules)
+  # tensor = 8 spans both processes: the one batch shard is shared.
+  assert sharding.shared_batch_shards(
+      _mesh_of([0, 0, 0, 0, 1, 1, 1, 1], (1, 1, 8)), rules) == [(0, [0, 1])]
+  # data = 2 across, tensor = 4 inside each process: fine.
+  assert not sharding.shared_batch_shards(
+      _mesh_of([0, 0, 0, 0, 1, 1, 1, 1], (2, 1, 4)), rules)

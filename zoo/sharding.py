@@ -19,6 +19,7 @@ from typing import Any, Iterator, Sequence
 
 import flax.linen as nn
 import jax
+import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -257,6 +258,26 @@ def batch_divisor(mesh: jax.sharding.Mesh, rules) -> int:
   """How many shards the global batch is cut into (it must divide B)."""
   target = dict(check_rules(rules)).get("batch")
   return math.prod(mesh.shape[a] for a in _target_axes(target))
+
+
+def shared_batch_shards(mesh: jax.sharding.Mesh, rules) -> list[tuple]:
+  """Batch shards held by devices of more than one process.
+
+  Each process feeds the rows of the batch shards its devices hold; a
+  shard replicated over a mesh axis that crosses processes (a `tensor`
+  axis spanning hosts) would be fed different rows by each. Returns
+  `(shard index along the batch axes, process indices)` for every such
+  shard; empty when each shard lives in one process.
+  """
+  batch_axes = _target_axes(dict(check_rules(rules)).get("batch"))
+  names = list(mesh.axis_names)
+  procs = np.vectorize(lambda d: d.process_index)(mesh.devices)
+  order = [names.index(a) for a in batch_axes] + [
+      i for i, a in enumerate(names) if a not in batch_axes]
+  procs = np.transpose(procs, order)
+  grid = procs.reshape(math.prod(procs.shape[:len(batch_axes)]) or 1, -1)
+  return [(i, sorted(set(row.tolist()))) for i, row in enumerate(grid)
+          if len(set(row.tolist())) > 1]
 
 
 @contextlib.contextmanager

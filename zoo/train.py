@@ -50,6 +50,14 @@ def check_config(config, mesh) -> None:
         f"microbatch of {rows // micro} rows (batch_size {rows} / "
         f"microbatches {micro}) is not divisible by the {shards} batch "
         f"shards of mesh {dict(mesh.shape)}")
+  shared = sharding.shared_batch_shards(mesh, config.rules)
+  if shared:
+    shard, owners = shared[0]
+    raise ValueError(
+        f"mesh {dict(mesh.shape)}: batch shard {shard} is held by devices "
+        f"of processes {owners}, which would each feed it different rows; "
+        "put the axes that cross processes on the batch (data, fsdp) and "
+        "keep tensor within a process")
 
 
 class _Run:
