@@ -103,3 +103,17 @@ def test_distributed_flag_errors(args, words):
 
 def test_allgather_json_single_process():
   assert distributed.allgather_json({"step": 3}) == [{"step": 3}]
+
+
+def test_evaluation_over_uneven_validation_shards_finishes(tmp_path):
+  """The sample's validation documents split 46 / 45 between the two
+  processes: one runs out of rows first and feeds padding until the other
+  has too, instead of leaving it alone in a collective."""
+  workdir = str(tmp_path)
+  _two_processes(workdir, MESH + [
+      "--config.data.source=sample", "--config.data.vocab_size=8000",
+      "--config.seq_len=64", "--config.eval_every=4",
+      "--config.eval_steps=100000"])
+  rows = read_metrics(workdir, "eval")
+  assert len(rows) == 1 and rows[0]["weight_sum"] > 1000
+  assert np.isfinite(rows[0]["loss"])

@@ -16,6 +16,7 @@ import sys
 import time
 
 import jax
+import numpy as np
 import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -136,8 +137,14 @@ class _Run:
     acc = None
     for index in range(int(config.get("eval_steps", 1))):
       local = next(self.valid, None)
-      if local is None:  # a split shorter than eval_steps batches
-        break
+      # Every process runs the same steps (each one is a collective): one
+      # whose share of the split ran out feeds padding rows (weight 0)
+      # until every share has.
+      if not any(distributed.allgather_json(local is not None)):
+        break  # a split shorter than eval_steps batches
+      if local is None:
+        local = lib.example_batch(int(config.seq_len), self.local_rows)
+        local = {k: np.zeros_like(v) for k, v in local.items()}
       batch = lib.global_batch(local, self.setup.batch_sharding, self.rows)
       metrics = self.eval_step(params, batch, index)
       acc = metrics if acc is None else lib.add_metrics(acc, metrics)
