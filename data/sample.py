@@ -17,6 +17,7 @@ gzip without timestamps, single-threaded SentencePiece).
 import argparse
 import hashlib
 import json
+import logging
 import os
 import pathlib
 import shutil
@@ -69,6 +70,7 @@ def build(folder=None, max_docs: int | None = None, vocab_size: int = 8000,
     return folder
   if folder.exists():
     shutil.rmtree(folder)
+  logging.warning("building the embedded sample in %s", folder)
   # A private temporary folder, renamed into place at the end: two processes
   # that build at once (parallel tests) cannot see each other's halves.
   tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")

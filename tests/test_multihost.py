@@ -29,10 +29,11 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _two_processes(workdir: str, mesh=MESH, ok: bool = True) -> list[str]:
+def _two_processes(workdir: str, mesh=MESH, ok: bool = True,
+                   env=None) -> list[str]:
   """Runs the toy config as 2 processes of 4 CPU devices; their stderr."""
   port = _free_port()
-  env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="4")
+  env = dict(env or os.environ, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="4")
   env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
   procs = [subprocess.Popen(
       [sys.executable, TOY, f"--config={TOY}:steps={STEPS}",
@@ -117,3 +118,15 @@ def test_evaluation_over_uneven_validation_shards_finishes(tmp_path):
   rows = read_metrics(workdir, "eval")
   assert len(rows) == 1 and rows[0]["weight_sum"] > 1000
   assert np.isfinite(rows[0]["loss"])
+
+
+def test_the_sample_is_built_once_for_all_processes(tmp_path):
+  """Without data.tokenizer, process 0 builds the sample and its tokenizer
+  while process 1 waits, then both read them."""
+  env = dict(os.environ, ZOO_DATA_DIR=str(tmp_path / "data"))
+  errs = _two_processes(str(tmp_path / "run"), MESH + [
+      "--config.data.source=sample", "--config.data.vocab_size=8000",
+      "--config.seq_len=64"], env=env)
+  built = ["building the embedded sample" in e for e in errs]
+  assert built == [True, False], errs[1][-2000:]
+  assert os.path.exists(tmp_path / "data" / "sample" / "BUILT")

@@ -20,6 +20,7 @@ import optax
 import objectives
 from data import batch as batch_lib
 from data.synthetic import SyntheticLoader
+from zoo import distributed
 from zoo import models
 from zoo import sharding
 
@@ -47,6 +48,12 @@ def build_loader(config, split: str, batch_size: int, seed: int):
   # Imported here: the real sources pull in grain and sentencepiece, seconds
   # of start-up that synthetic runs do without.
   import data  # pylint: disable=import-outside-toplevel
+  if jax.process_count() > 1 and not config.data.get("tokenizer"):
+    # The embedded sample and its tokenizer are built once, by process 0,
+    # while the others wait: never one build per host on a shared disk.
+    if jax.process_index() == 0:
+      data.load_tokenizer(config.data)
+    distributed.sync(f"zoo_data_ready_{split}")
   return data.pretrain_loader(config.data, split=split, **kwargs)
 
 
