@@ -6,58 +6,7 @@ needs; `get_config("tiny")` variants run on a laptop CPU in seconds.
 
 import ml_collections
 
-from data import config as data_config
-from zoo.sharding import DEFAULT_RULES
-
-
-def base_config() -> ml_collections.ConfigDict:
-  """A ConfigDict with every top-level key the trainer reads."""
-  c = ml_collections.ConfigDict()
-  c.model = "bert"              # model family (zoo.models.FAMILIES)
-  c.size = "tiny"               # named size of the family's SIZES table
-  c.objective = "mlm"           # pre-training scheme (objectives.names())
-  c.objective_args = ml_collections.ConfigDict()  # scheme options (rates...)
-  c.model_args = ml_collections.ConfigDict()  # model Config overrides (dtype)
-
-  # The data block (data/config.py documents each field): source "sample",
-  # "c4", "tfds" or "synthetic"; the tokenizer and its vocab_size.
-  c.data = data_config.default_config()
-
-  c.steps = 1000                # optimizer updates in the run
-  c.batch_size = 32             # global rows per update, over all processes
-  c.seq_len = 128               # tokens per packed row
-  c.seed = 0                    # params, dropout and corruption rngs
-  c.microbatches = 1            # gradient accumulation: batch_size/k per pass
-
-  c.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
-  c.rules = DEFAULT_RULES       # (logical axis, mesh axes or None) pairs
-
-  c.optimizer = optimizer()
-
-  c.checkpoint_every = 500      # steps between async checkpoints
-  c.keep_checkpoints = 3        # how many recent checkpoints stay on disk
-  c.log_every = 50              # steps between metrics.jsonl lines
-  c.eval_every = 500            # steps between validation passes; 0: end only
-  c.eval_steps = 10             # validation batches per pass; 0: no eval
-  c.skip_nonfinite = False      # skip non-finite updates instead of stopping
-  return c
-
-
-def optimizer() -> ml_collections.ConfigDict:
-  """The `optimizer` block: AdamW with warmup, decay and clipping."""
-  o = ml_collections.ConfigDict()
-  o.name = "adamw"        # the only one: AdamW, decoupled decay
-  o.lr = 1e-3             # peak learning rate, after warmup
-  o.warmup_steps = 100    # linear warmup from 0
-  o.decay = "linear"      # "linear", "cosine" or "constant"
-  o.decay_steps = -1      # end of the decay; -1: `steps`
-  o.end_lr_ratio = 0.0    # final lr as a fraction of lr
-  o.b1 = 0.9              # Adam first-moment decay
-  o.b2 = 0.999            # Adam second-moment decay
-  o.eps = 1e-6            # Adam denominator epsilon
-  o.weight_decay = 0.01   # on matrices only
-  o.clip_norm = 1.0       # global gradient norm clip; 0: none
-  return o
+from zoo.config import base_config, optimizer  # pylint: disable=unused-import
 
 
 def parse_arg(arg: str | None) -> dict[str, str]:

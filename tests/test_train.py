@@ -14,6 +14,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import toy  # pylint: disable=wrong-import-position
 
 from zoo import checkpoint, optim, sharding  # pylint: disable=wrong-import-position
+from zoo import config as config_lib  # pylint: disable=wrong-import-position
 from zoo import train, train_lib as lib  # pylint: disable=wrong-import-position
 from zoo.metrics_log import read_metrics  # pylint: disable=wrong-import-position
 
@@ -184,6 +185,7 @@ def test_guarded_update_applies_or_keeps_everything():
     ({"microbatches": 3}, "batch_size 16 is not divisible by microbatches 3"),
     ({"mesh": {"data": 3}}, "has 3 devices but there are 8"),
     ({"optimizer.decay": "step"}, "optimizer.decay 'step' is not one of"),
+    ({"eval_step": 3}, "unknown config keys ['eval_step']"),
 ])
 def test_config_errors(tmp_path, changes, words):
   config = toy.get_config()
@@ -199,10 +201,7 @@ def test_config_errors(tmp_path, changes, words):
 def test_configs_have_every_key(name):
   module = importlib.import_module(f"configs.{name}")
   config = module.get_config("tiny")
-  for key in train.REQUIRED + ("objective_args", "model_args", "eval_every",
-                               "eval_steps", "keep_checkpoints",
-                               "microbatches", "skip_nonfinite"):
-    assert key in config, key
+  assert set(config.keys()) == set(config_lib.base_config().keys())
   assert config.size == "tiny" and config.steps <= 50
   assert config.data.source == "sample"
   assert module.get_config("size=base,steps=7").steps == 7

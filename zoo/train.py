@@ -17,27 +17,20 @@ import time
 
 import jax
 import numpy as np
-import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 from tqdm import tqdm
 
 from zoo import checkpoint as ckpt_lib
+from zoo import config as config_lib
 from zoo import distributed, optim, sharding
 from zoo import train_lib as lib
 from zoo.metrics_log import MetricsLog, summarize
 
-REQUIRED = ("model", "size", "objective", "data", "steps", "batch_size",
-            "seq_len", "seed", "mesh", "rules", "optimizer",
-            "checkpoint_every", "log_every")
-
 
 def check_config(config, mesh) -> None:
-  """Raises ValueError on missing keys or batch sizes the mesh cannot split."""
-  missing = [k for k in REQUIRED if k not in config]
-  if missing:
-    raise ValueError(f"config lacks the keys {missing}")
-  rows, micro = int(config.batch_size), int(config.get("microbatches", 1))
+  """Raises ValueError on batch sizes the mesh cannot split."""
+  rows, micro = int(config.batch_size), int(config.microbatches)
   procs = jax.process_count()
   shards = sharding.batch_divisor(mesh, config.rules)
   if micro < 1 or rows % micro:
@@ -83,7 +76,7 @@ class _Run:
         optim.schedule(config.optimizer, steps))
     self.eval_step = lib.make_eval_step(self.objective, config, self.setup)
     self.ckpt = ckpt_lib.Checkpointer(
-        workdir, keep=int(config.get("keep_checkpoints", 3)))
+        workdir, keep=int(config.keep_checkpoints))
     self.log = MetricsLog(workdir, enabled=distributed.is_main())
     self.valid = self.valid_start = None
 
@@ -107,7 +100,7 @@ class _Run:
 
   def check_finite(self, state) -> None:
     """Stops the run if some step had a non-finite loss or gradient."""
-    if self.config.get("skip_nonfinite", False):
+    if self.config.skip_nonfinite:
       return
     bad = int(jax.device_get(state["bad_step"]))
     if bad >= 0:
@@ -135,7 +128,7 @@ class _Run:
       self.valid_start = self.valid.get_state()
     self.valid.set_state(self.valid_start)
     acc = None
-    for index in range(int(config.get("eval_steps", 1))):
+    for index in range(int(config.eval_steps)):
       local = next(self.valid, None)
       # Every process runs the same steps (each one is a collective): one
       # whose share of the split ran out feeds padding rows (weight 0)
@@ -179,8 +172,8 @@ class _Run:
         bar.set_postfix(loss=f"{scalars['loss']:.4f}",
                         tok_s=f"{scalars['tokens_per_s']:.0f}")
         final.update(scalars, step=step)
-      if int(config.get("eval_steps", 0)) > 0 and (
-          every(step, int(config.get("eval_every", 0))) or step == steps):
+      if int(config.eval_steps) > 0 and (
+          every(step, int(config.eval_every)) or step == steps):
         scalars = self.evaluate(state["params"])
         self.log.write(step, "eval", scalars)
         final.update({f"eval_{k}": v for k, v in scalars.items()})
@@ -200,7 +193,8 @@ def train(config, workdir: str) -> dict[str, float]:
 
   Args:
     config: an ml_collections ConfigDict (or a dict) with the keys of
-      `configs/common.py` (`model`, `objective`, `data`, `steps`, ...).
+      `zoo.config.base_config` (`model`, `objective`, `steps`, `batch_size`
+      and `seq_len` required; the others default there).
     workdir: where config.json, checkpoints/, metrics.jsonl and
       tensorboard/ go. Every process must see the same directory.
 
@@ -210,10 +204,10 @@ def train(config, workdir: str) -> dict[str, float]:
 
   Raises:
     FloatingPointError: a non-finite loss, unless `skip_nonfinite`.
-    ValueError: a config the mesh, rules or batch size cannot run.
+    ValueError: a config with a missing, unknown or ill-typed key, or one
+      the mesh, rules or batch size cannot run.
   """
-  if not isinstance(config, ml_collections.ConfigDict):
-    config = ml_collections.ConfigDict(config)
+  config = config_lib.complete(config)
   run = _Run(config, workdir)
   try:
     ckpt_lib.write_config(workdir, config)

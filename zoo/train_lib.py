@@ -20,9 +20,11 @@ import optax
 import objectives
 from data import batch as batch_lib
 from data.synthetic import SyntheticLoader
+from zoo import config as config_lib
 from zoo import distributed
 from zoo import models
 from zoo import sharding
+
 
 def build_loader(config, split: str, batch_size: int, seed: int):
   """This process's batch iterator for `split` ("train" or "validation").
@@ -37,18 +39,19 @@ def build_loader(config, split: str, batch_size: int, seed: int):
     An iterator of int32 `[batch_size, T]` dicts with `get_state()` and
     `set_state()`; real sources also have `.tokenizer`.
   """
+  config = config_lib.complete(config)
   kwargs = dict(seq_len=int(config.seq_len), batch_size=batch_size, seed=seed,
                 process_index=jax.process_index(),
                 process_count=jax.process_count())
   if config.data.source == "synthetic":
     if split != "train":
       kwargs["seed"] = seed + 1_000_003  # held-out rows, never trained on
-    return SyntheticLoader(vocab_size=int(config.data.get("vocab_size", 512)),
+    return SyntheticLoader(vocab_size=int(config.data.vocab_size),
                            **kwargs)
   # Imported here: the real sources pull in grain and sentencepiece, seconds
   # of start-up that synthetic runs do without.
   import data  # pylint: disable=import-outside-toplevel
-  if jax.process_count() > 1 and not config.data.get("tokenizer"):
+  if jax.process_count() > 1 and not config.data.tokenizer:
     # The embedded sample and its tokenizer are built once, by process 0,
     # while the others wait: never one build per host on a shared disk.
     if jax.process_index() == 0:
@@ -62,7 +65,8 @@ def specials_of(config, loader) -> objectives.Specials:
   tokenizer = getattr(loader, "tokenizer", None)
   if tokenizer is not None:
     return objectives.Specials(**tokenizer.specials())
-  return objectives.Specials(vocab_size=int(config.data.get("vocab_size", 512)))
+  config = config_lib.complete(config)
+  return objectives.Specials(vocab_size=int(config.data.vocab_size))
 
 
 def build_objective(config, specials: objectives.Specials, tokenizer=None):
@@ -71,8 +75,9 @@ def build_objective(config, specials: objectives.Specials, tokenizer=None):
   A character-CNN ELMo also gets the character table of `tokenizer`'s
   pieces (required then).
   """
-  options = dict(config.get("objective_args", {}) or {})
-  model_args = dict(config.get("model_args", {}) or {})
+  config = config_lib.complete(config)
+  options = dict(config.objective_args)
+  model_args = dict(config.model_args)
   if model_args:
     options["model_args"] = model_args
   if model_args.get("char_cnn"):
