@@ -227,4 +227,4 @@ def _decoder_logits_at(module, enc, dec, at, seg):
   hidden = module.encode(enc, enc_segment_ids=seg)["encoder_hidden"]
   h = module.decode(dec, hidden, enc_segment_ids=seg)["hidden"]
   h = jnp.take_along_axis(h, at[:, None, None], axis=1)  # [C,1,D]
-  return (module.token_embed.attend(h) + module.final_logits_bias)[:, 0]
+  return module.lm_logits(h)[:, 0]

@@ -114,7 +114,7 @@ def _check_positions(positions: Array, max_len: int) -> None:
                      f"{max_len} of the position table")
 
 
-class Model(nn.Module):
+class Model(seq2seq.EncoderDecoder):
   """BART encoder-decoder with a tied LM head.
 
   Attributes:
@@ -138,76 +138,10 @@ class Model(nn.Module):
       x = x * self.config.embed_dim ** 0.5
     return x
 
-  def __call__(self, enc_tokens: Array, dec_tokens: Array, *,
-               enc_segment_ids: Array | None = None,
-               dec_segment_ids: Array | None = None,
-               enc_positions: Array | None = None,
-               dec_positions: Array | None = None,
-               dec_mask: Array | None = None,
-               deterministic: bool = True) -> dict[str, Array]:
-    """Encodes, then decodes with teacher forcing.
+  def __call__(self, enc_tokens: Array, dec_tokens: Array, **kw):
+    """`encdec` (see `seq2seq.EncoderDecoder`)."""
+    return self.encdec(enc_tokens, dec_tokens, **kw)
 
-    Args:
-      enc_tokens: int32 [B,S].
-      dec_tokens: int32 [B,T], targets shifted right (starting with
-        `decoder_start_id`).
-      enc_segment_ids: int32 [B,S], 0 = padding; None = (enc != pad_id).
-      dec_segment_ids: int32 [B,T] or None (no decoder padding, one doc).
-      enc_positions, dec_positions: int32 [B,S], [B,T]; None = arange.
-      dec_mask: bool [B,T,T] extra decoder self-attention mask.
-      deterministic: no dropout when True.
-
-    Returns:
-      "logits" [B,T,V], "hidden" [B,T,D], "layers" L+1 x [B,T,D] (decoder),
-      "encoder_hidden" [B,S,D], "encoder_layers" L+1 x [B,S,D]; float32.
-    """
-    enc = self.encode(enc_tokens, enc_segment_ids=enc_segment_ids,
-                      enc_positions=enc_positions, deterministic=deterministic)
-    enc_seg = seq2seq.encoder_segments(enc_tokens, self.config.pad_id,
-                                       enc_segment_ids)
-    out = self.decode(dec_tokens, enc["encoder_hidden"],
-                      enc_segment_ids=enc_seg, dec_segment_ids=dec_segment_ids,
-                      dec_positions=dec_positions, dec_mask=dec_mask,
-                      deterministic=deterministic)
-    return dict(out, **enc)
-
-  def encode(self, enc_tokens: Array, *, enc_segment_ids: Array | None = None,
-             enc_positions: Array | None = None, mask: Array | None = None,
-             deterministic: bool = True) -> dict[str, Array]:
-    """enc_tokens int32 [B,S] -> "encoder_hidden" [B,S,D], "encoder_layers".
-
-    `mask` is an extra bool [B,S,S] self-attention mask.
-    """
-    seg = seq2seq.encoder_segments(enc_tokens, self.config.pad_id,
-                                   enc_segment_ids)
-    pos = seq2seq.arange_positions(enc_tokens, enc_positions)
-    h, hs = self.encoder(self._embed(enc_tokens), pos,
-                         seq2seq.encoder_mask(seg, mask),
-                         deterministic=deterministic)
-    return {"encoder_hidden": h, "encoder_layers": hs}
-
-  def decode(self, dec_tokens: Array, encoder_hidden: Array, *,
-             enc_segment_ids: Array | None = None,
-             dec_segment_ids: Array | None = None,
-             dec_positions: Array | None = None,
-             dec_mask: Array | None = None,
-             deterministic: bool = True) -> dict[str, Array]:
-    """Decoder pass over given encoder states.
-
-    Args:
-      dec_tokens: int32 [B,T].
-      encoder_hidden: float [B,S,D].
-      enc_segment_ids: int32 [B,S], 0 = padding; None = no padding.
-      dec_segment_ids, dec_positions, dec_mask: as in `__call__`.
-      deterministic: no dropout when True.
-
-    Returns:
-      "logits" [B,T,V], "hidden" [B,T,D], "layers" L+1 x [B,T,D].
-    """
-    pos, self_mask, cross = seq2seq.decoder_inputs(
-        dec_tokens, encoder_hidden, enc_segment_ids, dec_segment_ids,
-        dec_positions, dec_mask)
-    h, hs = self.decoder(self._embed(dec_tokens), pos, self_mask, encoder_hidden, cross,
-                         deterministic=deterministic)
-    logits = self.token_embed.attend(h) + self.final_logits_bias
-    return {"logits": logits, "hidden": h, "layers": hs}
+  def lm_logits(self, h: Array) -> Array:
+    """[B,T,D] -> [B,T,V] float32: the tied head plus its bias."""
+    return self.token_embed.attend(h) + self.final_logits_bias

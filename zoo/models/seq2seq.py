@@ -7,6 +7,7 @@ to encoder tokens of its own document.
 Letters: B batch, T decoder (query) length, S encoder (key) length.
 """
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
@@ -75,3 +76,86 @@ def decoder_inputs(dec_tokens: Array, encoder_hidden: Array,
   return (arange_positions(dec_tokens, dec_positions),
           decoder_mask(t, dec_segment_ids, dec_mask),
           cross_mask(enc_segment_ids, dec_segment_ids, t))
+
+
+class EncoderDecoder(nn.Module):
+  """The faces every encoder-decoder family shares: `encdec` (teacher
+  forcing), `encode` and `decode` (over given encoder states).
+
+  A family subclasses it with a `config` field and defines `encoder` and
+  `decoder` stacks, called as `stack(x [B,*,D], positions, self mask,
+  [encoder states, cross mask,] deterministic=)` and returning `(h,
+  layers)`, plus `_embed(tokens) -> [B,*,D]` and `lm_logits(h) -> [B,T,V]`
+  (the LM head, which scoring also calls on chosen decoder states).
+  """
+
+  def encdec(self, enc_tokens: Array, dec_tokens: Array, *,
+             enc_segment_ids: Array | None = None,
+             dec_segment_ids: Array | None = None,
+             enc_positions: Array | None = None,
+             dec_positions: Array | None = None,
+             dec_mask: Array | None = None,
+             deterministic: bool = True) -> dict[str, Array]:
+    """Encodes, then decodes with teacher forcing.
+
+    Args:
+      enc_tokens: int32 [B,S].
+      dec_tokens: int32 [B,T], targets shifted right (starting with the
+        family's decoder start id).
+      enc_segment_ids: int32 [B,S], 0 = padding; None = (enc != pad_id).
+      dec_segment_ids: int32 [B,T] or None (no decoder padding, one doc).
+      enc_positions, dec_positions: int32 [B,S], [B,T]; None = arange.
+      dec_mask: bool [B,T,T] extra decoder self-attention mask.
+      deterministic: no dropout when True.
+
+    Returns:
+      "logits" [B,T,V], "hidden" [B,T,D], "layers" L+1 x [B,T,D] (decoder),
+      "encoder_hidden" [B,S,D], "encoder_layers" L+1 x [B,S,D]; float32.
+    """
+    enc = self.encode(enc_tokens, enc_segment_ids=enc_segment_ids,
+                      enc_positions=enc_positions, deterministic=deterministic)
+    enc_seg = encoder_segments(enc_tokens, self.config.pad_id,
+                               enc_segment_ids)
+    out = self.decode(dec_tokens, enc["encoder_hidden"],
+                      enc_segment_ids=enc_seg, dec_segment_ids=dec_segment_ids,
+                      dec_positions=dec_positions, dec_mask=dec_mask,
+                      deterministic=deterministic)
+    return dict(out, **enc)
+
+  def encode(self, enc_tokens: Array, *, enc_segment_ids: Array | None = None,
+             enc_positions: Array | None = None, mask: Array | None = None,
+             deterministic: bool = True) -> dict[str, Array]:
+    """enc_tokens int32 [B,S] -> "encoder_hidden" [B,S,D], "encoder_layers".
+
+    `mask` is an extra bool [B,S,S] self-attention mask.
+    """
+    seg = encoder_segments(enc_tokens, self.config.pad_id, enc_segment_ids)
+    pos = arange_positions(enc_tokens, enc_positions)
+    h, hs = self.encoder(self._embed(enc_tokens), pos,
+                         encoder_mask(seg, mask), deterministic=deterministic)
+    return {"encoder_hidden": h, "encoder_layers": hs}
+
+  def decode(self, dec_tokens: Array, encoder_hidden: Array, *,
+             enc_segment_ids: Array | None = None,
+             dec_segment_ids: Array | None = None,
+             dec_positions: Array | None = None,
+             dec_mask: Array | None = None,
+             deterministic: bool = True) -> dict[str, Array]:
+    """Decoder pass over given encoder states.
+
+    Args:
+      dec_tokens: int32 [B,T].
+      encoder_hidden: float [B,S,D].
+      enc_segment_ids: int32 [B,S], 0 = padding; None = no padding.
+      dec_segment_ids, dec_positions, dec_mask: as in `encdec`.
+      deterministic: no dropout when True.
+
+    Returns:
+      "logits" [B,T,V], "hidden" [B,T,D], "layers" L+1 x [B,T,D].
+    """
+    pos, self_mask, cross = decoder_inputs(
+        dec_tokens, encoder_hidden, enc_segment_ids, dec_segment_ids,
+        dec_positions, dec_mask)
+    h, hs = self.decoder(self._embed(dec_tokens), pos, self_mask,
+                         encoder_hidden, cross, deterministic=deterministic)
+    return {"logits": self.lm_logits(h), "hidden": h, "layers": hs}

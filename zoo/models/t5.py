@@ -120,7 +120,7 @@ class Stack(nn.Module):
     return h, (x,) + hs[:-1] + (h,)
 
 
-class Model(nn.Module):
+class Model(seq2seq.EncoderDecoder):
   """T5 encoder-decoder (or encoder only).
 
   Attributes:
@@ -142,7 +142,8 @@ class Model(nn.Module):
   def __call__(self, tokens: Array, dec_tokens: Array | None = None, **kw):
     """`encdec` (enc_tokens, dec_tokens, ...) or, encoder-only, `encoder`.
 
-    See `encdec` and `encoder_face` for arguments and outputs.
+    See `seq2seq.EncoderDecoder.encdec` and `encoder_face` for arguments
+    and outputs.
     """
     if self.config.encoder_only:
       if dec_tokens is not None:
@@ -153,77 +154,9 @@ class Model(nn.Module):
                        "shifted right); set encoder_only=True for an encoder")
     return self.encdec(tokens, dec_tokens, **kw)
 
-  def encdec(self, enc_tokens: Array, dec_tokens: Array, *,
-             enc_segment_ids: Array | None = None,
-             dec_segment_ids: Array | None = None,
-             enc_positions: Array | None = None,
-             dec_positions: Array | None = None,
-             dec_mask: Array | None = None,
-             deterministic: bool = True) -> dict[str, Array]:
-    """Encodes, then decodes with teacher forcing.
-
-    Args:
-      enc_tokens: int32 [B,S].
-      dec_tokens: int32 [B,T], targets shifted right (start id = pad 0).
-      enc_segment_ids: int32 [B,S], 0 = padding; None = (enc != pad_id).
-      dec_segment_ids: int32 [B,T] or None (no decoder padding, one doc).
-      enc_positions, dec_positions: int32 [B,S], [B,T]; None = arange.
-      dec_mask: bool [B,T,T] extra decoder self-attention mask.
-      deterministic: no dropout when True.
-
-    Returns:
-      "logits" [B,T,V], "hidden" [B,T,D], "layers" L+1 x [B,T,D] (decoder),
-      "encoder_hidden" [B,S,D], "encoder_layers" L+1 x [B,S,D]; float32.
-    """
-    enc = self.encode(enc_tokens, enc_segment_ids=enc_segment_ids,
-                      enc_positions=enc_positions, deterministic=deterministic)
-    enc_seg = seq2seq.encoder_segments(enc_tokens, self.config.pad_id,
-                                       enc_segment_ids)
-    out = self.decode(dec_tokens, enc["encoder_hidden"],
-                      enc_segment_ids=enc_seg, dec_segment_ids=dec_segment_ids,
-                      dec_positions=dec_positions, dec_mask=dec_mask,
-                      deterministic=deterministic)
-    return dict(out, **enc)
-
-  def encode(self, enc_tokens: Array, *, enc_segment_ids: Array | None = None,
-             enc_positions: Array | None = None, mask: Array | None = None,
-             deterministic: bool = True) -> dict[str, Array]:
-    """enc_tokens int32 [B,S] -> "encoder_hidden" [B,S,D], "encoder_layers".
-
-    `mask` is an extra bool [B,S,S] self-attention mask.
-    """
-    c = self.config
-    seg = seq2seq.encoder_segments(enc_tokens, c.pad_id, enc_segment_ids)
-    pos = seq2seq.arange_positions(enc_tokens, enc_positions)
-    h, hs = self.encoder(self.token_embed(enc_tokens), pos,
-                         seq2seq.encoder_mask(seg, mask),
-                         deterministic=deterministic)
-    return {"encoder_hidden": h, "encoder_layers": hs}
-
-  def decode(self, dec_tokens: Array, encoder_hidden: Array, *,
-             enc_segment_ids: Array | None = None,
-             dec_segment_ids: Array | None = None,
-             dec_positions: Array | None = None,
-             dec_mask: Array | None = None,
-             deterministic: bool = True) -> dict[str, Array]:
-    """Decoder pass over given encoder states.
-
-    Args:
-      dec_tokens: int32 [B,T].
-      encoder_hidden: float [B,S,D].
-      enc_segment_ids: int32 [B,S], 0 = padding; None = no padding.
-      dec_segment_ids, dec_positions, dec_mask: as in `encdec`.
-      deterministic: no dropout when True.
-
-    Returns:
-      "logits" [B,T,V], "hidden" [B,T,D], "layers" L+1 x [B,T,D].
-    """
-    pos, self_mask, cross = seq2seq.decoder_inputs(
-        dec_tokens, encoder_hidden, enc_segment_ids, dec_segment_ids,
-        dec_positions, dec_mask)
-    h, hs = self.decoder(self.token_embed(dec_tokens), pos, self_mask, encoder_hidden, cross,
-                         deterministic=deterministic)
-    return {"logits": self._logits(h), "hidden": h, "layers": hs}
+  def _embed(self, tokens: Array) -> Array:
+    """tokens [B,*] -> [B,*,D] (T5 does not scale its embeddings)."""
+    return self.token_embed(tokens)
 
   def encoder_face(self, tokens: Array, *, segment_ids: Array | None = None,
                    token_types: Array | None = None,
@@ -251,10 +184,10 @@ class Model(nn.Module):
                       deterministic=deterministic)
     out = {"hidden": enc["encoder_hidden"], "layers": enc["encoder_layers"]}
     if return_logits:
-      out["logits"] = self._logits(out["hidden"])
+      out["logits"] = self.lm_logits(out["hidden"])
     return out
 
-  def _logits(self, h: Array) -> Array:
+  def lm_logits(self, h: Array) -> Array:
     """[B,T,D] -> [B,T,V] float32 through the tied or own head."""
     c = self.config
     if c.scale_logits:
