@@ -81,7 +81,7 @@ class Model(nn.Module):
     """
     c = self.config
     attn_mask = bert.encoder_mask(tokens, c.pad_id, segment_ids, mask)
-    pos = bert.default_positions(tokens, positions) + c.position_offset
+    pos = layers.arange_positions(tokens, positions) + c.position_offset
     x = self.embed_proj(self.embeddings(tokens, pos, token_types,
                                         deterministic))
     h, hs = self.encoder(x, attn_mask, deterministic=deterministic)

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 
 from zoo.models import blocks
 from zoo.models import layers
+from zoo.models import masks
 
 Array = jax.Array
 INTERFACE = "encoder"
@@ -81,18 +82,10 @@ FAMILY_DEFAULTS = {
 
 def encoder_mask(tokens: Array, pad_id: int, segment_ids: Array | None,
                  mask: Array | None) -> Array:
-  """The [B, T, T] bool self-attention mask of an encoder.
-
-  Args:
-    tokens: [B, T] int.
-    pad_id: padding id (used when segment_ids is None).
-    segment_ids: [B, T] int, 0 = padding, documents by id; None = one
-      document per row made of the non-padding tokens.
-    mask: optional extra [B, T, T] bool mask, AND-ed in.
-  """
-  if segment_ids is None:
-    segment_ids = (tokens != pad_id).astype(jnp.int32)
-  return layers.combine_masks(layers.segment_mask(segment_ids), mask)
+  """The [B, T, T] bool self-attention mask of an encoder
+  (`masks.document_mask` of `masks.real_segments`)."""
+  return masks.document_mask(masks.real_segments(tokens, pad_id, segment_ids),
+                             mask)
 
 
 def gather_positions(x: Array, at: Array | None) -> Array:
@@ -104,14 +97,6 @@ def gather_positions(x: Array, at: Array | None) -> Array:
                      f"{x.shape[0]}")
   return jnp.take_along_axis(x, at.reshape(at.shape + (1,) * (x.ndim - 2)),
                              axis=1)
-
-
-def default_positions(tokens: Array, positions: Array | None) -> Array:
-  """positions, or [B, T] int32 arange(T) per row when None."""
-  if positions is not None:
-    return positions
-  return jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32),
-                          tokens.shape)
 
 
 class Embeddings(nn.Module):
@@ -236,7 +221,7 @@ class Model(nn.Module):
     """
     c = self.config
     attn_mask = encoder_mask(tokens, c.pad_id, segment_ids, mask)
-    pos = default_positions(tokens, positions) + c.position_offset
+    pos = layers.arange_positions(tokens, positions) + c.position_offset
     x = self.embeddings(tokens, pos, token_types, deterministic)
     h, hs = self.encoder(x, attn_mask, deterministic=deterministic)
     out = {"hidden": h, "layers": (x,) + hs}

@@ -106,7 +106,7 @@ class Network(nn.Module):
 
 def _inputs(c: Config, tokens, segment_ids, positions, mask):
   attn_mask = bert.encoder_mask(tokens, c.pad_id, segment_ids, mask)
-  return attn_mask, bert.default_positions(tokens, positions)
+  return attn_mask, layers.arange_positions(tokens, positions)
 
 
 class Model(nn.Module):

@@ -118,7 +118,7 @@ class Model(nn.Module):
              else layers.prefix_lm_mask(prefix))
     attn_mask = layers.combine_masks(
         bert.encoder_mask(tokens, c.pad_id, segment_ids, mask), order)
-    pos = bert.default_positions(tokens, positions)
+    pos = layers.arange_positions(tokens, positions)
     x = self.dropout(self.token(tokens) + self.position(pos),
                      deterministic=deterministic)
     h, hs = self.decoder(x, attn_mask, deterministic=deterministic)

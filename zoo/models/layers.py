@@ -497,3 +497,11 @@ class Adapter(nn.Module):
     h = jax.nn.gelu(h, approximate=False)
     return x + Dense(x.shape[-1], ("adapter", "embed"), dtype=self.dtype,
                      kernel_init=nn.initializers.zeros, name="up")(h)
+
+
+def arange_positions(tokens: Array, positions: Array | None = None) -> Array:
+  """`positions`, or int32 [B,T] arange(T) per row when None."""
+  if positions is not None:
+    return positions
+  return jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32),
+                          tokens.shape)

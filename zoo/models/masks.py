@@ -27,6 +27,21 @@ def segment_mask(q_segments: Array, k_segments: Array | None = None) -> Array:
           & (k_segments[:, None, :] != 0))
 
 
+def real_segments(tokens: Array, pad_id: int,
+                  segment_ids: Array | None = None) -> Array:
+  """int32 [B,T]: `segment_ids`, or, when None, one document per row made
+  of the non-padding tokens (1 on them, 0 on padding)."""
+  if segment_ids is not None:
+    return segment_ids
+  return (tokens != pad_id).astype(jnp.int32)
+
+
+def document_mask(segment_ids: Array, mask: Array | None = None) -> Array:
+  """[B,T,T] bool self-attention mask of an encoder: same document,
+  non-padding key (`segment_mask`), AND an optional extra mask."""
+  return combine_masks(segment_mask(segment_ids), mask)
+
+
 def key_padding_mask(k_segments: Array, q_length: int) -> Array:
   """[B, S] int (0 = pad) -> [B, T, S] bool: every query sees real keys."""
   keep = k_segments != 0

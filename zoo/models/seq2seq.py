@@ -12,29 +12,9 @@ import jax
 import jax.numpy as jnp
 
 from zoo.models import layers
+from zoo.models import masks
 
 Array = jax.Array
-
-
-def arange_positions(tokens: Array, positions: Array | None = None) -> Array:
-  """positions, or int32 [B,T] arange(T) per row when None."""
-  if positions is not None:
-    return positions
-  return jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32),
-                          tokens.shape)
-
-
-def encoder_segments(tokens: Array, pad_id: int,
-                     segment_ids: Array | None) -> Array:
-  """int32 [B,S]: segment_ids, or 1 on non-padding tokens when None."""
-  if segment_ids is not None:
-    return segment_ids
-  return (tokens != pad_id).astype(jnp.int32)
-
-
-def encoder_mask(segment_ids: Array, mask: Array | None = None) -> Array:
-  """bool [B,S,S]: same document, non-padding key; AND an extra mask."""
-  return layers.combine_masks(layers.segment_mask(segment_ids), mask)
 
 
 def decoder_mask(length: int, segment_ids: Array | None = None,
@@ -73,7 +53,7 @@ def decoder_inputs(dec_tokens: Array, encoder_hidden: Array,
   if enc_segment_ids is None:
     enc_segment_ids = jnp.ones(encoder_hidden.shape[:2], jnp.int32)
   t = dec_tokens.shape[1]
-  return (arange_positions(dec_tokens, dec_positions),
+  return (layers.arange_positions(dec_tokens, dec_positions),
           decoder_mask(t, dec_segment_ids, dec_mask),
           cross_mask(enc_segment_ids, dec_segment_ids, t))
 
@@ -114,7 +94,7 @@ class EncoderDecoder(nn.Module):
     """
     enc = self.encode(enc_tokens, enc_segment_ids=enc_segment_ids,
                       enc_positions=enc_positions, deterministic=deterministic)
-    enc_seg = encoder_segments(enc_tokens, self.config.pad_id,
+    enc_seg = masks.real_segments(enc_tokens, self.config.pad_id,
                                enc_segment_ids)
     out = self.decode(dec_tokens, enc["encoder_hidden"],
                       enc_segment_ids=enc_seg, dec_segment_ids=dec_segment_ids,
@@ -129,10 +109,10 @@ class EncoderDecoder(nn.Module):
 
     `mask` is an extra bool [B,S,S] self-attention mask.
     """
-    seg = encoder_segments(enc_tokens, self.config.pad_id, enc_segment_ids)
-    pos = arange_positions(enc_tokens, enc_positions)
+    seg = masks.real_segments(enc_tokens, self.config.pad_id, enc_segment_ids)
+    pos = layers.arange_positions(enc_tokens, enc_positions)
     h, hs = self.encoder(self._embed(enc_tokens), pos,
-                         encoder_mask(seg, mask), deterministic=deterministic)
+                         masks.document_mask(seg, mask), deterministic=deterministic)
     return {"encoder_hidden": h, "encoder_layers": hs}
 
   def decode(self, dec_tokens: Array, encoder_hidden: Array, *,
