@@ -48,8 +48,13 @@ class Electra(common.Scheme):
     opts = {k: self.options[k] for k in mlm_lib.MLM_DEFAULTS}
     tokens, mask = mlm_lib.mask_tokens(rng, batch, self.specials, **opts)
     doc = batch["doc_ids"]
+    # One sampling seed per row, drawn with the corruption: the generator's
+    # samples do not depend on how rows are split into microbatches.
+    seeds = jax.random.bits(jax.random.fold_in(rng, 1), (doc.shape[0],),
+                            jnp.uint32)
     inputs = dict(batch, inputs=tokens, mask=mask,
-                  positions=transforms.positions_from_segments(doc))
+                  positions=transforms.positions_from_segments(doc),
+                  sample_seeds=seeds)
     return mlm_lib.gather_predictions(inputs, opts["rate"])
 
   def _kw(self, inputs):
@@ -68,12 +73,14 @@ class Electra(common.Scheme):
                            rngs=rngs, **self._kw(inputs), **kw)
 
   def run(self, params, inputs, rng, deterministic):
-    k_gen, k_sample, k_disc = (jax.random.split(rng, 3) if rng is not None
-                               else (None, jax.random.key(0), None))
+    k_gen, k_disc = jax.random.split(rng) if rng is not None else (None,
+                                                                    None)
     gen = self._apply(params, "generator", inputs["inputs"], inputs, k_gen,
                       deterministic, logits_at=inputs["logits_at"])
     logits = jax.lax.stop_gradient(gen["logits"]) / self.options["temperature"]
-    sampled = jax.random.categorical(k_sample, logits).astype(jnp.int32)
+    row_keys = jax.vmap(jax.random.key)(inputs["sample_seeds"])
+    sampled = jax.vmap(jax.random.categorical)(row_keys, logits).astype(
+        jnp.int32)
     fake = _scatter(inputs["tokens"], inputs["logits_at"],
                     jnp.where(inputs["weights"], sampled, inputs["targets"]))
     disc = self._apply(params, "discriminator", fake, inputs, k_disc,

@@ -20,6 +20,7 @@ import optax
 import objectives
 from data import batch as batch_lib
 from data.synthetic import SyntheticLoader
+from zoo import accumulate
 from zoo import config as config_lib
 from zoo import distributed
 from zoo import models
@@ -174,13 +175,16 @@ def _split_micro(batch, micro: int, mesh, rules):
 def accumulated_grads(objective, params, batch, rng, micro: int, mesh, rules):
   """Grads, loss and metric sums of a batch, over `micro` microbatches.
 
-  Each microbatch's gradient of its mean loss is weighted by its
-  `weight_sum`, so the result is the gradient of the whole batch's mean
-  loss (as one big step computes it), up to float rounding.
+  One microbatch is the plain gradient; more go through `zoo.accumulate`,
+  which equals one big batch up to float rounding (dropout off). A custom
+  objective without the scheme hooks (`corrupt`, `run`, `score`) weights
+  each microbatch's gradient by its `weight_sum` instead.
   """
   if micro == 1:
     grads, loss, metrics, _ = _grads(objective, params, batch, rng)
     return grads, loss, metrics
+  if all(hasattr(objective, h) for h in ("corrupt", "run", "score")):
+    return accumulate.grads(objective, params, batch, rng, micro, mesh, rules)
   parts = _split_micro(batch, micro, mesh, rules)
 
   def body(carry, xs):
