@@ -90,3 +90,19 @@ def test_probe_view_fits_train_and_predicts_the_whole_split(tiny_bert):
   assert len(view["layer_weights"]) == tiny_bert.config.num_layers + 1
   acc = np.mean(np.array(view["preds"][0]) == np.array(view["labels"]))
   assert acc > 0.9  # random features of two disjoint vocabularies
+
+
+def test_a_backbone_without_its_lm_head_is_na_on_minimal_pairs(tiny_bert):
+  """Quick-Thought trains no MLM head: no likelihood, so "n/a", not a crash
+  and not a score from an untrained head."""
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  from zoo.harness import report  # pylint: disable=import-outside-toplevel
+  headless = {k: v for k, v in tiny_bert.params.items() if k != "mlm"}
+  loaded = dataclasses.replace(tiny_bert, params=headless)
+  pairs = {"p": [pairs_lib.Pair("p", "the dog runs", "the dog run")] * 4}
+  out = minimal_pairs.run(loaded, pairs)
+  assert out["method"] == "none" and "lack" in out["skipped"]
+  assert np.isnan(out["tasks"]["p"]["preds"][0]).all()
+  assert report._iv([np.nan, np.nan, np.nan]) == "n/a"  # pylint: disable=protected-access
+  with_head = minimal_pairs.run(tiny_bert, pairs)
+  assert with_head["method"] == "pll"

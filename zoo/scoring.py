@@ -42,6 +42,7 @@ Masked copies are built per (row, piece) and run in chunks of about
 
 import functools
 
+import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -83,6 +84,33 @@ def method(family: str, config) -> str:
     raise ValueError(f"{family} with char_cnn=True reads character ids, "
                      "which score() is not given; score a token-table ELMo")
   return how
+
+
+def missing_head(family: str, config, params) -> str | None:
+  """Why `params` cannot be scored (a backbone pre-trained without the LM
+  head its scoring reads, as Quick-Thought's encoder), or None."""
+  method(family, config)
+  params = nn.meta.unbox(params)
+  row = jnp.full((1, 8), min(7, config.vocab_size - 1), jnp.int32)
+  at = jnp.zeros((1,), jnp.int32)
+  sp = objectives.Specials(vocab_size=config.vocab_size)
+  try:
+    jax.eval_shape(lambda p: score_one(family, config, p, row, at, sp),
+                   params)
+  except flax.errors.ScopeParamNotFoundError as e:
+    return (f"{family} params lack the layer its {method(family, config)} "
+            f"scoring reads ({str(e).split('(')[0].strip()})")
+  return None
+
+
+def score_one(family, config, params, rows, at, specials):
+  """The scoring path on rows [C,T] (masked at `at` [C] where it masks)."""
+  how = method(family, config)
+  if how in ("causal", "bidirectional_lm", "discriminator"):
+    return _row_scores(family, config, params, rows)
+  fill = specials.sentinel(0) if family == "t5" and how == "sentinel" else (
+      specials.mask)
+  return _masked_scores(family, config, params, rows, at, fill)
 
 
 def score(family: str, config, params, tokens: np.ndarray,

@@ -18,9 +18,11 @@ from zoo import scoring
 
 
 def outcomes(good: np.ndarray, bad: np.ndarray) -> np.ndarray:
-  """float32 [N]: 1 where good > bad, 0.5 on ties, 0 otherwise."""
+  """float32 [N]: 1 where good > bad, 0.5 on ties, 0 otherwise (NaN where
+  a score is NaN: no likelihood)."""
   good, bad = np.asarray(good, np.float64), np.asarray(bad, np.float64)
-  return np.where(good > bad, 1.0, np.where(good == bad, 0.5, 0.0)).astype(
+  out = np.where(good > bad, 1.0, np.where(good == bad, 0.5, 0.0))
+  return np.where(np.isnan(good) | np.isnan(bad), np.nan, out).astype(
       np.float32)
 
 
@@ -47,9 +49,18 @@ def score_pairs(score_fn, pairs: dict) -> dict:
 def run(loaded, pairs: dict, batch_size: int = 256) -> dict:
   """The view of a loaded model (`zoo.loading.Loaded`), in chunks of texts.
 
+  A backbone pre-trained without the head its scoring reads (Quick-Thought
+  trains no LM head) has no likelihood: its outcomes are NaN, reported as
+  "n/a", with the reason under "skipped".
+
   Returns:
     `score_pairs`'s dict plus "method", the scoring used.
   """
+  why = scoring.missing_head(loaded.family, loaded.config, loaded.params)
+  if why:
+    out = score_pairs(lambda texts: np.full(len(texts), np.nan), pairs)
+    return dict(out, method="none", skipped=why)
+
   def score_fn(texts):
     parts = [loaded.score(texts[i:i + batch_size])
              for i in range(0, len(texts), batch_size)]

@@ -144,14 +144,17 @@ def _plain(row: dict) -> dict:
 
 
 def _iv(x) -> str:
-  """`62.3 [58.1, 66.0]` of a [mean, low, high] list."""
+  """`62.3 [58.1, 66.0]` of a [mean, low, high] list ("n/a" when the view
+  does not apply to the row: NaN)."""
+  if not np.isfinite(x[0]):
+    return "n/a"
   return f"{x[0]:.1f} [{x[1]:.1f}, {x[2]:.1f}]"
 
 
 def _delta(view: dict) -> str:
   """`+4.1 [1.2, 7.0]*` (the star: the interval excludes zero)."""
   d = view.get("delta")
-  if d is None:
+  if d is None or not np.isfinite(d[0]):
     return ""
   star = "*" if view["delta_excludes_zero"] else ""
   return f"{d[0]:+.1f} [{d[1]:+.1f}, {d[2]:+.1f}]{star}"
