@@ -55,7 +55,8 @@ from zoo import models
 CHUNK_TOKENS = 4096  # pieces per model call (rows x length)
 _BY_INTERFACE = {"decoder": "causal", "encoder": "pll",
                  "encdec": "sentinel", "lstm": "bidirectional_lm"}
-_ENCDEC = ("t5", "bart")  # encoder-decoders whose infilling format is known
+_ENCDEC = ("t5", "bart")
+_WHOLE_ROW = ("causal", "bidirectional_lm", "discriminator")  # one pass a row  # encoder-decoders whose infilling format is known
 # Encoder families whose forward takes `logits_at` (the head runs there only).
 _LOGITS_AT = ("bert", "roberta", "albert", "distilbert", "unilm", "electra")
 
@@ -104,9 +105,10 @@ def missing_head(family: str, config, params) -> str | None:
 
 
 def score_one(family, config, params, rows, at, specials):
-  """The scoring path on rows [C,T] (masked at `at` [C] where it masks)."""
+  """float32 [C]: the scores of rows [C,T], whole rows or (for "pll" and
+  "sentinel") the one piece at `at` [C] masked in each."""
   how = method(family, config)
-  if how in ("causal", "bidirectional_lm", "discriminator"):
+  if how in _WHOLE_ROW:
     return _row_scores(family, config, params, rows)
   fill = specials.sentinel(0) if family == "t5" and how == "sentinel" else (
       specials.mask)
@@ -131,17 +133,16 @@ def score(family: str, config, params, tokens: np.ndarray,
   params = nn.meta.unbox(params)
   tokens = _pad_length(np.asarray(tokens, np.int32), config)
   b, t = tokens.shape
-  if how in ("causal", "bidirectional_lm", "discriminator"):
-    fn = lambda rows: _row_scores(family, config, params, jnp.asarray(rows))
-    return _chunked(fn, (tokens,), b, t)
   sp = _specials(config, specials)
+  if how in _WHOLE_ROW:
+    fn = lambda rows: score_one(family, config, params, jnp.asarray(rows),
+                                None, sp)
+    return _chunked(fn, (tokens,), b, t)
   ordinary = (tokens != config.pad_id) & np.asarray(
       noise.eligible(tokens, sp))
   rows, at = np.nonzero(ordinary)
-  fill = sp.sentinel(0) if family == "t5" and how == "sentinel" else sp.mask
-  fn = lambda r, a: _masked_scores(family, config, params,
-                                   jnp.asarray(tokens[r]), jnp.asarray(a),
-                                   fill)
+  fn = lambda r, a: score_one(family, config, params, jnp.asarray(tokens[r]),
+                              jnp.asarray(a), sp)
   per_piece = _chunked(fn, (rows, at), len(rows), t)
   return np.bincount(rows, per_piece, minlength=b).astype(np.float32)
 
