@@ -39,7 +39,6 @@ def test_causal_prefix_and_seq2seq_masks():
   assert prefix[0, 0, 1] and prefix[0, 2, 1] and not prefix[0, 2, 3]
   assert not prefix[0, 1, 2]  # the source never sees the target
   np.testing.assert_array_equal(prefix[1], causal)
-  assert layers.seq2seq_mask is layers.prefix_lm_mask
   offset = np.asarray(layers.causal_mask(2, 4))[0]  # queries at 2, 3
   np.testing.assert_array_equal(offset, [[1, 1, 1, 0], [1, 1, 1, 1]])
 

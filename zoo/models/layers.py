@@ -26,12 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 
 # Re-exported so that `layers` is the one place attention is built from.
-from zoo.models.masks import causal_mask  # pylint: disable=unused-import
-from zoo.models.masks import combine_masks  # pylint: disable=unused-import
-from zoo.models.masks import key_padding_mask  # pylint: disable=unused-import
-from zoo.models.masks import prefix_lm_mask  # pylint: disable=unused-import
-from zoo.models.masks import segment_mask  # pylint: disable=unused-import
-from zoo.models.masks import seq2seq_mask  # pylint: disable=unused-import
+from zoo.models.masks import (  # pylint: disable=unused-import
+    arange_positions, causal_mask, combine_masks, key_padding_mask,
+    prefix_lm_mask, segment_mask)
 # Every model's dropout: a counter-hash mask, far cheaper than threefry.
 from zoo.models.dropout import Dropout  # pylint: disable=unused-import
 from zoo.models.barrier import grad_barrier
@@ -497,11 +494,3 @@ class Adapter(nn.Module):
     h = jax.nn.gelu(h, approximate=False)
     return x + Dense(x.shape[-1], ("adapter", "embed"), dtype=self.dtype,
                      kernel_init=nn.initializers.zeros, name="up")(h)
-
-
-def arange_positions(tokens: Array, positions: Array | None = None) -> Array:
-  """`positions`, or int32 [B,T] arange(T) per row when None."""
-  if positions is not None:
-    return positions
-  return jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32),
-                          tokens.shape)

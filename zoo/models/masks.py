@@ -27,6 +27,15 @@ def segment_mask(q_segments: Array, k_segments: Array | None = None) -> Array:
           & (k_segments[:, None, :] != 0))
 
 
+def arange_positions(tokens: Array, positions: Array | None = None) -> Array:
+  """`positions`, or int32 [B,T] arange(T) per row when None (the default
+  the masks here assume: positions count within the row)."""
+  if positions is not None:
+    return positions
+  return jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32),
+                          tokens.shape)
+
+
 def real_segments(tokens: Array, pad_id: int,
                   segment_ids: Array | None = None) -> Array:
   """int32 [B,T]: `segment_ids`, or, when None, one document per row made
@@ -99,8 +108,6 @@ def unilm_mask(modes: Array, is_prefix: Array) -> Array:
       [jnp.ones_like(causal), causal, jnp.swapaxes(causal, 1, 2)],
       prefix_lm_mask(is_prefix))
 
-
-seq2seq_mask = prefix_lm_mask
 
 
 def combine_masks(*masks: Array | None) -> Array | None:
