@@ -6,7 +6,7 @@ DEMO_DIR ?= workdirs/demo
 STAMP   := $(VENV)/.installed
 TSTAMP  := $(VENV)/.installed-test
 
-.PHONY: demo test data data-packages clean
+.PHONY: demo test quick data data-packages clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -47,6 +47,10 @@ demo: $(STAMP) data
 
 test: $(TSTAMP) data
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
+
+# The developer's lane: everything but the tests marked slow.
+quick: $(TSTAMP) data
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow" tests
 
 clean:
 	rm -rf $(VENV) workdirs .data

@@ -3,7 +3,7 @@
 Shards follow the public release layout, `c4-<split>.NNNNN-of-NNNNN.json.gz`
 with records `{"text", "url", "timestamp"}`, on any path etils.epath opens.
 `JsonShards` is a Grain `IterDataset` over them: shards are split between
-processes (or, with fewer shards than processes, lines are), the shard order
+shares (or, with fewer shards than shares, each shard's lines are), the shard order
 is shuffled per epoch, and lines are shuffled within blocks of
 `shuffle_buffer`. Its state is (epoch, shard position, line), so resuming
 re-reads at most one shard prefix and no document is repeated or skipped.
@@ -96,19 +96,30 @@ def parse_line(line: bytes, text_key: str = "text") -> tuple[str | None, dict]:
   return value, bad
 
 
+def _share(paths: list[str], index: int, count: int):
+  """`(paths, (first line, line step))` of share `index` of `count`.
+
+  With at least as many shards as shares, share i reads shards i::count
+  whole. With fewer, share i reads the one shard i % S, which it splits by
+  line with the other shares of that shard.
+  """
+  if len(paths) >= count:
+    return paths[index::count], (0, 1)
+  shard = index % len(paths)
+  sharers = len(range(shard, count, len(paths)))
+  return [paths[shard]], (index // len(paths), sharers)
+
+
 class JsonShards(grain.IterDataset):
   """Documents `{"text": str | None, "bad": {reason: count}}` of C4 shards."""
 
   def __init__(self, paths: list[str], *, seed: int, num_epochs: int | None,
-               block: int = 1024, process_index: int = 0,
-               process_count: int = 1, text_key: str = "text"):
+               block: int = 1024, share: int = 0, num_shares: int = 1,
+               text_key: str = "text"):
     super().__init__()
     self.seed, self.num_epochs, self.block = seed, num_epochs, block
     self.text_key = text_key
-    if len(paths) >= process_count:
-      self.paths, self.line_slice = paths[process_index::process_count], (0, 1)
-    else:
-      self.paths, self.line_slice = paths, (process_index, process_count)
+    self.paths, self.line_slice = _share(paths, share, num_shares)
 
   def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
     """Keeps every `sl.step`-th line (Grain worker sharding)."""
@@ -151,7 +162,7 @@ class JsonShardsIterator(grain.DatasetIterator):
           yield block[i], {}
         pos += 1
       b += 1
-    if bad and pos >= skip:
+    if bad and pos >= skip and start == 0:  # one sharer reports the shard
       yield None, bad
 
   def __next__(self) -> dict:

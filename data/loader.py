@@ -1,14 +1,18 @@
 """The pretraining loader: a Grain pipeline from documents to contract rows.
 
     documents (C4 json.gz | TFDS array_record | the sample)
-      -> this process's share, shuffled per epoch (seeded)
+      -> shuffled per epoch (seeded); share r of G for global row r
       -> clean, annotate, tokenize          (`Annotate`)
-      -> concatenate with EOS, cut rows    (`Pack`)
-      -> batch [B, L]                      (optionally in worker processes)
+      -> concatenate with EOS, cut rows    (`Pack`, one per share)
+      -> a row of each share in turn       (`Slots`, optionally in workers)
+      -> batch [B, L]                      (`PretrainLoader`)
 
-Its state (`get_state`) is JSON: Grain's iterator state plus the bad-input
-counts, and `set_state` resumes exactly. Process i of n reads a disjoint
-share of the documents; the shares together are the whole split.
+Row r of every global batch of G rows comes from its own share r of G of
+the documents, packed on its own (`Slots`), so the global batch of each
+step depends on the seed and the step only: a process reads just the rows
+it feeds, and 1 process or 64 see the same batches. The state (`get_state`)
+is JSON, keyed by global row, so a run resumes exactly, even on another
+number of processes (`restore`).
 """
 
 import collections
@@ -155,32 +159,41 @@ class PackIterator(grain.DatasetIterator):
       self.offset = int(state["offset"])
 
 
-def documents(cfg, split: str, seed: int, process_index: int = 0,
-              process_count: int = 1) -> grain.IterDataset:
-  """This process's shuffled share of `split`: `{"text", "bad"}` elements.
+def documents(cfg, split: str, seed: int, share: int = 0,
+              num_shares: int = 1, source=None) -> grain.IterDataset:
+  """Share `share` of `num_shares` of `split`: `{"text", "bad"}` elements.
 
-  Random-access sources (TFDS, the sample) are sliced `[i::n]` then shuffled
-  per epoch; C4 json.gz shards are split by shard (or by line when there are
-  fewer shards than processes).
+  The shares are disjoint and together cover the split. A random-access
+  source (TFDS, the sample; `source`, when given, is its `MapDataset`) is
+  shuffled per epoch, then share i takes documents i, i + n, ... of that
+  order; C4 json.gz shards are split by shard (or by line when there are
+  fewer shards than shares). Nothing depends on how many processes read.
   """
   cfg = config_lib.as_config(cfg)
-  if not 0 <= process_index < process_count:
-    raise ValueError(f"process_index {process_index} outside "
-                     f"[0, {process_count})")
+  if not 0 <= share < num_shares:
+    raise ValueError(f"share {share} outside [0, {num_shares})")
   epochs = cfg.num_epochs or (None if split == "train" else 1)
   seed = seed if cfg.shuffle_seed is None else cfg.shuffle_seed
   if cfg.source == "c4":
     return c4.JsonShards(
         c4.find_shards(cfg.path, split), seed=seed, num_epochs=epochs,
-        block=cfg.shuffle_buffer, process_index=process_index,
-        process_count=process_count, text_key=cfg.text_key)
-  source = _random_access_source(cfg, split)
-  ds = grain.MapDataset.source(source)[process_index::process_count]
+        block=cfg.shuffle_buffer, share=share, num_shares=num_shares,
+        text_key=cfg.text_key)
+  if source is None:
+    source = shuffled_source(cfg, split, seed)
+  return source[share::num_shares].map(Decode(cfg.text_key)
+                                       ).to_iter_dataset()
+
+
+def shuffled_source(cfg, split: str, seed: int) -> grain.MapDataset:
+  """A random-access split, reshuffled every epoch (`num_epochs` of them)."""
+  cfg = config_lib.as_config(cfg)
+  epochs = cfg.num_epochs or (None if split == "train" else 1)
+  seed = seed if cfg.shuffle_seed is None else cfg.shuffle_seed
+  ds = grain.MapDataset.source(_random_access_source(cfg, split))
   if not len(ds):
-    raise ValueError(f"split {split!r} has no documents for process "
-                     f"{process_index} of {process_count}")
-  ds = ds.shuffle(seed=seed % 2**32).repeat(epochs)
-  return ds.map(Decode(cfg.text_key)).to_iter_dataset()
+    raise ValueError(f"split {split!r} has no documents")
+  return ds.shuffle(seed=seed % 2**32).repeat(epochs)
 
 
 def _random_access_source(cfg, split: str):
@@ -207,52 +220,162 @@ def _random_access_source(cfg, split: str):
         f"({str(e).splitlines()[0][:200]})") from e
 
 
+class Slots(grain.IterDataset):
+  """Packed rows of several streams in turn: one row of each, then again.
+
+  `streams` maps a global row index r (0 <= r < G, the global batch size)
+  to an `IterDataset` of packed rows: share r of G of the documents. Row
+  s * len(streams) + k of this dataset is the s-th row of the k-th stream,
+  so the global batch of step s holds the s-th row of every share, whoever
+  reads it. A stream that ends gives padding rows until all have.
+  """
+
+  def __init__(self, streams: dict[int, grain.IterDataset], seq_len: int):
+    super().__init__(list(streams.values()))
+    self.streams, self.seq_len = dict(streams), seq_len
+
+  def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
+    """Keeps every `sl.step`-th stream (Grain worker sharding)."""
+    del sequential_slice
+    keep = list(self.streams)[sl]
+    self.streams = {r: self.streams[r] for r in keep}
+
+  def __iter__(self) -> "SlotsIterator":
+    return SlotsIterator(self)
+
+
+class SlotsIterator(grain.DatasetIterator):
+  """Iterator of `Slots`. State: the next turn and each stream's state,
+  keyed by global row, so that any process can take any row over."""
+
+  def __init__(self, ds: Slots):
+    self.its = {r: iter(s) for r, s in ds.streams.items()}
+    super().__init__(list(self.its.values()))
+    self.rows, self.turn, self.done = list(self.its), 0, set()
+    self.pad = {k: np.zeros(ds.seq_len, np.int32) for k in batch_lib.KEYS}
+    self.pad["_bad"] = np.zeros(len(REASONS), np.int32)
+
+  def __next__(self) -> dict:
+    if self.turn == 0 and len(self.done) == len(self.rows):
+      raise StopIteration
+    row = self.rows[self.turn]
+    self.turn = (self.turn + 1) % len(self.rows)
+    if row not in self.done:
+      try:
+        return next(self.its[row])
+      except StopIteration:
+        self.done.add(row)
+    return self.pad
+
+  def get_state(self) -> dict:
+    """JSON state: `{"turn", "rows": {row: {"state", "done"}}}`."""
+    return {"turn": self.turn,
+            "rows": {str(r): {"state": it.get_state(), "done": r in self.done}
+                     for r, it in self.its.items()}}
+
+  def set_state(self, state: dict) -> None:
+    """Restores every stream of this iterator from `state["rows"]`."""
+    missing = [r for r in self.rows if str(r) not in state["rows"]]
+    if missing:
+      raise ValueError(f"the data state has no rows {missing[:8]}: it was "
+                       "saved with a different global batch size")
+    self.turn, self.done = int(state["turn"]), set()
+    for r, it in self.its.items():
+      it.set_state(state["rows"][str(r)]["state"])
+      if state["rows"][str(r)]["done"]:
+        self.done.add(r)
+
+
 class PretrainLoader:
   """Iterator of contract batches: dicts of int32 `[B, L]` arrays.
 
   Attributes:
     tokenizer: the tokenizer the ids come from.
+    rows: the global rows this process reads, in the order of its batch.
     stats: Counter of bad input met so far (reason -> count), see `REASONS`.
   """
 
-  def __init__(self, dataset: grain.IterDataset, tokenizer, batch_size: int,
-               seq_len: int):
-    self.tokenizer = tokenizer
-    self.batch_size, self.seq_len = batch_size, seq_len
-    self._dataset = dataset
+  def __init__(self, dataset: grain.IterDataset, tokenizer, rows, seq_len,
+               process: tuple[int, int] = (0, 1)):
+    self.tokenizer, self.rows, self.seq_len = tokenizer, list(rows), seq_len
+    self.batch_size, self.process = len(self.rows), process
     self._it = iter(dataset)
     self.stats = collections.Counter()
+    self.step = 0  # batches read
 
   def __iter__(self):
     return self
 
   def __next__(self) -> dict[str, np.ndarray]:
-    batch = dict(next(self._it))
-    bad = batch.pop("_bad").sum(0)
+    rows = [r for _, r in zip(range(self.batch_size), self._it)]
+    if not rows:
+      raise StopIteration
+    rows += [{k: np.zeros_like(v) for k, v in rows[0].items()}] * (
+        self.batch_size - len(rows))  # a worker's share ran out first
+    self._count(np.sum([r["_bad"] for r in rows], axis=0))
+    self.step += 1
+    return {k: np.stack([r[k] for r in rows]).astype(np.int32)
+            for k in batch_lib.KEYS}
+
+  def _count(self, bad: np.ndarray) -> None:
+    """Adds a batch's bad-input counts; logs each reason now and then."""
     new = {r: int(n) for r, n in zip(REASONS, bad) if n}
-    if new:
-      before = dict(self.stats)
-      self.stats.update(new)
-      # Log each reason's first occurrence and then at powers of two, so a
-      # corpus with many small problems does not flood the log.
-      if any((self.stats[r] & (self.stats[r] - 1)) == 0 or
-             self.stats[r].bit_length() > before.get(r, 0).bit_length()
-             for r in new):
-        logging.warning("data: bad input %s (totals %s)", new,
-                        dict(self.stats))
-    short = self.batch_size - len(batch["tokens"])
-    if short:  # the end of a finite split: whole padding rows
-      batch = {k: np.pad(v, ((0, short), (0, 0))) for k, v in batch.items()}
-    return {k: batch[k].astype(np.int32) for k in batch_lib.KEYS}
+    if not new:
+      return
+    before = dict(self.stats)
+    self.stats.update(new)
+    # Each reason's first occurrence, then at powers of two, so a corpus
+    # with many small problems does not flood the log.
+    if any(self.stats[r].bit_length() > before.get(r, 0).bit_length()
+           for r in new):
+      logging.warning("data: bad input %s (totals %s)", new, dict(self.stats))
 
   def get_state(self) -> dict:
-    """JSON state: Grain's iterator state and the bad-input counts."""
-    return {"grain": self._it.get_state(), "stats": dict(self.stats)}
+    """JSON state: the streams' states (or Grain's), the bad counts and
+    the batches read (`step`)."""
+    state = self._it.get_state()
+    key = "slots" if "rows" in state and "turn" in state else "grain"
+    return {key: state, "stats": dict(self.stats), "step": self.step}
 
   def set_state(self, state: dict) -> None:
     """Resumes exactly where `get_state` was taken."""
-    self._it.set_state(state["grain"])
+    self._it.set_state(state.get("slots", state.get("grain")))
     self.stats = collections.Counter(state.get("stats", {}))
+    self.step = int(state.get("step", 0))
+
+  def restore(self, states: list[dict]) -> None:
+    """Resumes from the states of every process of a run (`states[i]`
+    from process i), saved with any number of processes.
+
+    Rows are addressed globally, so this process takes its rows from
+    whichever state holds them. The bad-input counts go to the first
+    process. A state of Grain worker processes resumes only on as many
+    processes as saved it.
+    """
+    if all("slots" in s for s in states):
+      rows = {r: v for s in states for r, v in s["slots"]["rows"].items()}
+      self.set_state({"slots": {"turn": 0, "rows": rows},
+                      "stats": self._stats_of(states),
+                      "step": states[0].get("step", 0)})
+    elif len(states) == self.process[1]:
+      self.set_state(states[self.process[0]])
+    else:
+      raise ValueError(
+          f"this data state was saved by {len(states)} processes reading "
+          "with Grain workers (data.worker_count > 0), whose state is per "
+          f"process: resume it on {len(states)} processes, not "
+          f"{self.process[1]}")
+
+  def _stats_of(self, states) -> dict:
+    """This process's bad-input counts: its own on as many processes as
+    saved them, else all of them on the first process."""
+    index, count = self.process
+    if len(states) == count:
+      return states[index].get("stats", {})
+    total = collections.Counter()
+    for s in states if index == 0 else ():
+      total.update(s.get("stats", {}))
+    return total
 
   def close(self) -> None:
     """Stops worker processes, if any."""
@@ -263,8 +386,13 @@ class PretrainLoader:
 
 def pretrain_loader(cfg, *, seq_len: int, batch_size: int, seed: int,
                     process_index: int = 0, process_count: int = 1,
-                    split: str = "train"):
-  """The loader of this process: `batch_size` rows of `seq_len` per batch.
+                    split: str = "train", rows=None):
+  """The loader of this process: its `batch_size` rows of each global batch.
+
+  Row r of the global batch (G = batch_size * process_count rows) is
+  always the next packed row of share r of G of the documents, so the
+  global batch of every step is a function of the seed and the step only,
+  never of how many processes read it.
 
   Args:
     cfg: the data config (`default_config()` fields; ConfigDict or dict).
@@ -273,29 +401,50 @@ def pretrain_loader(cfg, *, seq_len: int, batch_size: int, seed: int,
     seed: seeds the document order (unless `cfg.shuffle_seed` is set).
     process_index, process_count: this process and how many read the split.
     split: "train", "validation", ...
+    rows: the global rows this process feeds, in its batch's order
+      (default: rows [process_index * B, (process_index + 1) * B)).
 
   Returns:
     A `PretrainLoader` (or, for source "synthetic", a `SyntheticLoader`).
   """
   cfg = config_lib.as_config(cfg)
+  if not 0 <= process_index < process_count:
+    raise ValueError(f"process_index {process_index} outside "
+                     f"[0, {process_count})")
+  if rows is None:
+    rows = range(process_index * batch_size, (process_index + 1) * batch_size)
   if cfg.source == "synthetic":
     from data import synthetic  # pylint: disable=g-import-not-at-top
     return synthetic.SyntheticLoader(
         seq_len=seq_len, batch_size=batch_size, seed=seed,
         process_index=process_index, process_count=process_count,
-        vocab_size=cfg.vocab_size)
+        vocab_size=cfg.vocab_size, rows=rows)
   tokenizer = load_tokenizer(cfg)
-  ds = documents(cfg, split, seed, process_index, process_count)
-  ds = ds.map(Annotate(tokenizer, cfg.max_doc_rows * seq_len))
-  ds = Pack(ds, seq_len, tokenizer.specials()["eos"]).batch(batch_size)
-  if cfg.worker_count:
-    # Grain reads absl flags in its workers; outside an absl app (tests,
-    # notebooks) nobody has parsed them, so take the defaults.
-    if not flags.FLAGS.is_parsed():
-      flags.FLAGS.mark_as_parsed()
-    ds = ds.mp_prefetch(grain.MultiprocessingOptions(
-        num_workers=cfg.worker_count))
-  return PretrainLoader(ds, tokenizer, batch_size, seq_len)
+  ds = _slots(cfg, tokenizer, split, seed, list(rows),
+              batch_size * process_count, seq_len)
+  return PretrainLoader(ds, tokenizer, rows, seq_len,
+                        (process_index, process_count))
+
+
+def _slots(cfg, tokenizer, split, seed, rows, global_rows, seq_len):
+  """The `Slots` of `rows`, read by Grain workers where the config asks."""
+  source = None if cfg.source == "c4" else shuffled_source(cfg, split, seed)
+  annotate = Annotate(tokenizer, cfg.max_doc_rows * seq_len)
+  eos = tokenizer.specials()["eos"]
+  ds = Slots({r: Pack(documents(cfg, split, seed, r, global_rows, source)
+                      .map(annotate), seq_len, eos) for r in rows}, seq_len)
+  finite = bool(cfg.num_epochs) or split != "train"
+  if not cfg.worker_count or finite:  # a finite split reads in-process
+    return ds
+  if len(rows) % cfg.worker_count:
+    raise ValueError(f"data.worker_count={cfg.worker_count} must divide "
+                     f"the {len(rows)} rows each process reads")
+  # Grain reads absl flags in its workers; outside an absl app (tests,
+  # notebooks) nobody has parsed them, so take the defaults.
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  return ds.mp_prefetch(grain.MultiprocessingOptions(
+      num_workers=cfg.worker_count))
 
 
 def load_tokenizer(cfg):

@@ -1,8 +1,10 @@
 """A synthetic pretraining stream with the batch contract, for tests.
 
 Rows are random "documents" of random "sentences" of random "words", so
-every id array is meaningful. Deterministic in (seed, process, step): the
-iterator state is just the next step, which makes exact resume trivial.
+every id array is meaningful. Row r of the global batch of step s is a
+function of (seed, s * G + r) alone, G the global batch: the state is just
+the next step, the same on every process, so resume is exact on any number
+of processes.
 """
 
 import numpy as np
@@ -19,8 +21,11 @@ class SyntheticLoader:
 
   def __init__(self, *, seq_len: int, batch_size: int, seed: int = 0,
                process_index: int = 0, process_count: int = 1,
-               vocab_size: int = 512, first_id: int = 7):
+               vocab_size: int = 512, first_id: int = 7, rows=None):
     self.seq_len, self.batch_size = seq_len, batch_size
+    self.global_rows = batch_size * process_count
+    self.rows = list(rows) if rows is not None else list(range(
+        process_index * batch_size, (process_index + 1) * batch_size))
     self.seed, self.vocab_size, self.first_id = seed, vocab_size, first_id
     self.process_index, self.process_count = process_index, process_count
     self.step = 0
@@ -29,9 +34,7 @@ class SyntheticLoader:
     return self
 
   def __next__(self) -> dict[str, np.ndarray]:
-    rows = [self._row(self.step * self.batch_size * self.process_count
-                      + self.process_index * self.batch_size + i)
-            for i in range(self.batch_size)]
+    rows = [self._row(self.step * self.global_rows + r) for r in self.rows]
     self.step += 1
     return {k: np.stack([r[k] for r in rows]) for k in batch_lib.KEYS}
 
@@ -66,3 +69,7 @@ class SyntheticLoader:
   def set_state(self, state: dict) -> None:
     """Resumes exactly where `get_state` was taken."""
     self.step = int(state["step"])
+
+  def restore(self, states: list[dict]) -> None:
+    """Resumes from every process's state (all hold the same step)."""
+    self.set_state(states[0])

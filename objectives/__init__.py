@@ -1,21 +1,23 @@
 """Pre-training schemes: each one corruption plus one loss, inside jit.
 
-A scheme lives in `objectives/<name>.py` and registers a factory with
-`@register("<name>")`. `build(name, model, size, specials, **options)`
-returns an `Objective`:
+A scheme is a class in `objectives/<module>.py` registered under its own
+`name` with `@register`; `build(name, model, size, specials, **options)`
+returns it bound to a model:
 
     obj = objectives.build("mlm", model="bert", size="tiny",
                            specials=tokenizer.specials())
     params = obj.init(rng, batch)                 # boxed, logical axes
-    loss, metrics = obj.loss(params, batch, rng, deterministic=False)
+    loss, metrics = obj(params, batch, rng)       # = obj.loss(...)
 
 `options` are the scheme's own (rates, lengths, ...; unknown names are an
 error) plus `model_args`, a dict of the family's Config overrides. Params
 are `{"model": <family params>, <head>: ...}`; `loss` takes them boxed or
 unboxed; `backbone(params)` returns `(family, config, params)` of the
 network fine-tuning starts from. Shared pieces live in `noise` (masks),
-`transforms` (inputs/targets functions), `segments` (pairs, attention
-masks), `common` (the `Scheme` skeleton, losses) and `testing`.
+`transforms` (what a mask does to the text), `segments` (pairs, prefix
+splits), `common` (the `Scheme` skeleton, losses) and `encdec` (noise,
+inputs and targets functions combined into an encoder-decoder scheme, as
+T5's preprocessors do).
 
 `batch` follows the pretraining batch contract of DESIGN.md (int32
 `[B, L]` arrays `tokens`, `doc_ids`, `sentence_ids`, `word_ids`,
@@ -29,11 +31,13 @@ import abc
 import dataclasses
 import importlib
 import pkgutil
-from typing import Any, Callable
+from typing import Any
 
-_REGISTRY: dict[str, Callable[..., "Objective"]] = {}
+_REGISTRY: dict[str, type] = {}
 # Modules of shared pieces, not schemes: never imported by `names()`.
-_HELPERS = ("noise", "transforms", "segments", "common", "testing")
+_HELPERS = ("noise", "transforms", "segments", "common", "encdec")
+# Other names of a scheme: `t5` is the T5 paper's choice, span corruption.
+ALIASES = {"t5": "t5_span"}
 _LOADED = False
 
 
@@ -88,15 +92,23 @@ class Objective(abc.ABC):
   def backbone(self, params):
     """`(family, config, params)` of the network fine-tuning starts from."""
 
+  def __call__(self, params, batch, rng, deterministic: bool = False):
+    """`(loss, metrics)`: the same as `loss`."""
+    return self.loss(params, batch, rng, deterministic)
 
-def register(name: str):
-  """Decorator registering a factory `f(model, size, specials, **options)`."""
-  def wrap(factory):
-    if name in _REGISTRY:
-      raise ValueError(f"objective {name!r} registered twice")
-    _REGISTRY[name] = factory
-    return factory
-  return wrap
+
+def register(cls):
+  """Class decorator: registers scheme `cls` under `cls.name`.
+
+  `cls(model=, size=, specials=, **options)` builds the bound scheme.
+  """
+  name = getattr(cls, "name", "")
+  if not name:
+    raise ValueError(f"{cls.__name__} has no scheme name")
+  if name in _REGISTRY or name in ALIASES:
+    raise ValueError(f"objective {name!r} registered twice")
+  _REGISTRY[name] = cls
+  return cls
 
 
 def _load_all():
@@ -110,27 +122,21 @@ def _load_all():
 
 
 def names() -> list[str]:
-  """Sorted names of the registered schemes."""
+  """Sorted names of the registered schemes and their aliases."""
   _load_all()
-  return sorted(_REGISTRY)
+  return sorted([*_REGISTRY, *ALIASES])
 
 
 def aliases() -> dict[str, str]:
-  """Alias -> scheme: names registered for a factory an earlier name has."""
-  _load_all()
-  first, out = {}, {}
-  for name, factory in _REGISTRY.items():
-    if factory in first:
-      out[name] = first[factory]
-    else:
-      first[factory] = name
-  return out
+  """Alias -> the scheme it names."""
+  return dict(ALIASES)
 
 
 def build(name: str, model: str, size: str, specials: Specials,
           **options) -> Objective:
-  """Binds scheme `name` to a model family and size."""
+  """Binds scheme `name` (or an alias) to a model family and size."""
   _load_all()
-  if name not in _REGISTRY:
+  scheme = _REGISTRY.get(ALIASES.get(name, name))
+  if scheme is None:
     raise ValueError(f"unknown objective {name!r}; registered: {names()}")
-  return _REGISTRY[name](model=model, size=size, specials=specials, **options)
+  return scheme(model=model, size=size, specials=specials, **options)

@@ -27,6 +27,7 @@ def _scatter(tokens, at, values):
   return tokens.at[rows, at].set(values, unique_indices=True)
 
 
+@register
 class Electra(common.Scheme):
   """Generator MLM + weighted replaced-token detection on a `Pair`."""
   name = "electra"
@@ -99,9 +100,3 @@ class Electra(common.Scheme):
     p = common.nn.meta.unbox(params)["model"]
     disc = {"embeddings": p["embeddings"], "body": p["discriminator_body"]}
     return self.family, self.config, disc
-
-
-@register("electra")
-def electra(model, size, specials, **options):
-  """ELECTRA's replaced-token detection with a jointly trained generator."""
-  return Electra(model, size, specials, **options)

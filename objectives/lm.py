@@ -8,7 +8,6 @@ and no position predicts across an EOS boundary.
 import jax.numpy as jnp
 
 from objectives import common
-from objectives import noise
 from objectives import register
 from objectives import segments
 from objectives import transforms
@@ -21,6 +20,7 @@ def doc_inputs(batch):
           "positions": transforms.positions_from_segments(batch["doc_ids"])}
 
 
+@register
 class CausalLM(common.Scheme):
   """Next-token prediction. Encoder families run with a causal mask."""
   name = "clm"
@@ -42,37 +42,25 @@ class CausalLM(common.Scheme):
     return {"lm": common.token_sums(outputs["logits"], targets, weights)}
 
 
+@register
 class PrefixLM(common.Scheme):
-  """T5's prefix LM: each document split at a random point; the suffix is
-  predicted from the prefix.
+  """T5's prefix LM on one stack: each document split at a random point;
+  the suffix is predicted from the prefix.
 
-  On an encoder-decoder the prefix is the encoder input and the suffix (with
-  the EOS) the decoder target. Encoder and decoder families run the whole
-  row with the prefix-LM mask (`masks.prefix_lm_mask`: bidirectional within
-  each document's prefix, causal after it; T5 section 3.2.1). The loss
-  covers the suffix only.
+  The model runs the whole row with the prefix-LM mask
+  (`masks.prefix_lm_mask`: bidirectional within each document's prefix,
+  causal after it; T5 section 3.2.1); the loss covers the suffix only. On
+  an encoder-decoder the same split is `t5_prefix_lm` (`objectives.t5`).
   """
   name = "prefix_lm"
-  interfaces = ("encdec", "encoder", "decoder")
+  interfaces = ("encoder", "decoder")
   model_overrides = {"nsp_head": False}
 
   def corrupt(self, batch, rng):
-    prefix = segments.prefix_split(rng, batch, self.specials)
-    out = dict(batch, prefix=prefix)
-    if self.interface != "encdec":
-      return out
-    suffix = noise.eligible(batch["tokens"], self.specials) & ~prefix
-    length = batch["tokens"].shape[1]
-    out["enc"] = transforms.drop_noise_tokens(batch["tokens"], suffix,
-                                              batch["doc_ids"], length)
-    out["dec"] = transforms.keep_noise_tokens(batch["tokens"], suffix,
-                                              batch["doc_ids"],
-                                              self.specials, length)
-    return out
+    return dict(batch, prefix=segments.prefix_split(rng, batch,
+                                                    self.specials))
 
   def model_inputs(self, inputs):
-    if self.interface == "encdec":
-      return encdec_inputs(self, inputs["enc"], inputs["dec"])
     kw = doc_inputs(inputs)
     if self.interface == "decoder":
       kw["prefix"] = inputs["prefix"]  # replaces the decoder's causal mask
@@ -81,8 +69,6 @@ class PrefixLM(common.Scheme):
     return (inputs["tokens"],), kw
 
   def score(self, params, inputs, outputs, rng, deterministic):
-    if self.interface == "encdec":
-      return {"lm": decoder_sums(outputs, inputs["dec"])}
     targets, weights = common.next_token_targets(inputs["tokens"],
                                                  inputs["doc_ids"])
     nxt_prefix = jnp.concatenate(
@@ -91,31 +77,7 @@ class PrefixLM(common.Scheme):
     return {"lm": common.token_sums(outputs["logits"], targets, weights)}
 
 
-def decoder_start(scheme):
-  """Id entering the decoder first: the config's start id, else pad."""
-  for field in ("decoder_start_id", "decoder_start_token_id"):
-    if hasattr(scheme.config, field):
-      return getattr(scheme.config, field)
-  return scheme.config.pad_id
-
-
-def encdec_inputs(scheme, enc, dec):
-  """`(args, kwargs)` of an encoder-decoder call from two `emit` streams."""
-  dec_in = common.shift_right(dec["tokens"], dec["segment_ids"],
-                              decoder_start(scheme))
-  kw = {"enc_segment_ids": enc["segment_ids"],
-        "dec_segment_ids": dec["segment_ids"],
-        "enc_positions": enc["positions"],
-        "dec_positions": dec["positions"]}
-  return (enc["tokens"], dec_in), kw
-
-
-def decoder_sums(outputs, dec):
-  """Token sums of decoder logits against an `emit` target stream."""
-  return common.token_sums(outputs["logits"], dec["tokens"],
-                           dec["segment_ids"] > 0)
-
-
+@register
 class BiLM(common.Scheme):
   """ELMo: a forward and a backward LM, averaged.
 
@@ -163,21 +125,3 @@ class BiLM(common.Scheme):
                             bwd_w[:, ::-1])
     both = {k: fwd[k] + bwd[k] for k in fwd}
     return {"lm": both, "forward": fwd, "backward": bwd}
-
-
-@register("clm")
-def clm(model, size, specials, **options):
-  """GPT's next-token prediction."""
-  return CausalLM(model, size, specials, **options)
-
-
-@register("prefix_lm")
-def prefix_lm(model, size, specials, **options):
-  """T5's prefix LM on an encoder-decoder or a prefix-masked encoder."""
-  return PrefixLM(model, size, specials, **options)
-
-
-@register("bilm")
-def bilm(model, size, specials, **options):
-  """ELMo's forward and backward language models."""
-  return BiLM(model, size, specials, **options)

@@ -84,6 +84,7 @@ def masked_sums(logits, inputs):
   return common.token_sums(logits, inputs["targets"], inputs["weights"])
 
 
+@register
 class MaskedLM(common.Scheme):
   """BERT's masked LM on any encoder family."""
   name = "mlm"
@@ -112,29 +113,13 @@ class MaskedLM(common.Scheme):
     return {"mlm": masked_sums(outputs["logits"], inputs)}
 
 
+@register
 class WholeWordLM(MaskedLM):
   name = "wwm"
   defaults = dict(MLM_DEFAULTS, unit="word")
 
 
+@register
 class PhraseLM(MaskedLM):
   name = "phrase_mlm"
   defaults = dict(MLM_DEFAULTS, unit="phrase")
-
-
-@register("mlm")
-def mlm(model, size, specials, **options):
-  """BERT/RoBERTa masked LM (`unit` picks token, word or phrase masking)."""
-  return MaskedLM(model, size, specials, **options)
-
-
-@register("wwm")
-def wwm(model, size, specials, **options):
-  """Whole-word masking: the pieces of a word are masked together."""
-  return WholeWordLM(model, size, specials, **options)
-
-
-@register("phrase_mlm")
-def phrase_mlm(model, size, specials, **options):
-  """ERNIE-style masking of whole phrases/entities, and pieces elsewhere."""
-  return PhraseLM(model, size, specials, **options)

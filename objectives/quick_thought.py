@@ -42,6 +42,7 @@ def sentence_docs(doc_ids, sent, count):
       d, s, num_segments=count + 1)[1:])(doc_ids, sent).clip(0)
 
 
+@register
 class QuickThought(common.Scheme):
   """Contrastive neighbour prediction with two encoders."""
   name = "quick_thought"
@@ -94,9 +95,3 @@ class QuickThought(common.Scheme):
                                       ok.reshape(1, n))
     both = {k: parts["next"][k] + parts["previous"][k] for k in parts["next"]}
     return {"neighbours": both, **parts}
-
-
-@register("quick_thought")
-def quick_thought(model, size, specials, **options):
-  """Quick-Thought's contrastive next/previous sentence classification."""
-  return QuickThought(model, size, specials, **options)

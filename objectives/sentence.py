@@ -148,31 +148,16 @@ class SentencePair(common.Scheme):
     return parts
 
 
+@register
 class NextSentence(SentencePair):
   name = "nsp"
 
 
+@register
 class SentenceOrder(SentencePair):
   name = "sop"
 
 
+@register
 class StructBert(SentencePair):
   name = "structbert"
-
-
-@register("nsp")
-def nsp(model, size, specials, **options):
-  """BERT's next-sentence prediction (with MLM unless mlm_weight=0)."""
-  return NextSentence(model, size, specials, **options)
-
-
-@register("sop")
-def sop(model, size, specials, **options):
-  """ALBERT's sentence-order prediction (with MLM unless mlm_weight=0)."""
-  return SentenceOrder(model, size, specials, **options)
-
-
-@register("structbert")
-def structbert(model, size, specials, **options):
-  """StructBERT's next/previous/random task (with MLM unless mlm_weight=0)."""
-  return StructBert(model, size, specials, **options)

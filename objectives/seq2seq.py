@@ -13,8 +13,7 @@
 import jax
 import jax.numpy as jnp
 
-from objectives import common
-from objectives import lm
+from objectives import encdec
 from objectives import noise
 from objectives import register
 from objectives import t5
@@ -24,40 +23,38 @@ BART_NOISES = ("mask", "delete", "infill", "permute", "rotate")
 _TOKEN_NOISES = ("mask", "delete", "infill")
 
 
-class Mass(common.Scheme):
-  """MASS: mask a fragment in the encoder, predict it in the decoder."""
-  name = "mass"
-  interfaces = ("encdec",)
-  defaults = {"ratio": 0.5, "mask_rate": 0.8, "random_rate": 0.1}
-
-  def corrupt(self, batch, rng):
-    o = self.options
-    k_frag, k_swap = jax.random.split(rng)
-    mask = noise.fragment_mask(k_frag, batch, self.specials, o["ratio"])
-    tokens = noise.replace_tokens(k_swap, batch["tokens"], mask,
-                                  self.specials, o["mask_rate"],
-                                  o["random_rate"])
-    doc = batch["doc_ids"]
-    length = doc.shape[1]
-    where = transforms.positions_from_segments(doc)
-    dec = transforms.emit(mask.astype(jnp.int32), batch["tokens"],
-                          batch["tokens"], doc, length,
-                          extra={"at": where})
-    dec["positions"] = jnp.where(dec["segment_ids"] > 0, dec["at"], 0)
-    enc = t5.original(dict(batch, tokens=tokens), length)
-    return dict(batch, mask=mask, enc=enc, dec=dec)
-
-  def model_inputs(self, inputs):
-    return lm.encdec_inputs(self, inputs["enc"], inputs["dec"])
-
-  def score(self, params, inputs, outputs, rng, deterministic):
-    return {"lm": lm.decoder_sums(outputs, inputs["dec"])}
+def fragment_noise(rng, batch, specials, o):
+  """One contiguous fragment of `ratio` of each document's pieces."""
+  return noise.fragment_mask(rng, batch, specials, o["ratio"])
 
 
-class Bart(common.Scheme):
-  """BART: document noising, then reconstruction of the original."""
+@encdec.budget(encdec.full_length)
+def fragment_targets(batch, mask, specials, o, length):
+  """The fragment alone, each piece at its position in the document."""
+  del specials, o
+  doc = batch["doc_ids"]
+  where = transforms.positions_from_segments(doc)
+  dec = transforms.emit(mask.astype(jnp.int32), batch["tokens"],
+                        batch["tokens"], doc, length, extra={"at": where})
+  dec["positions"] = jnp.where(dec["segment_ids"] > 0, dec["at"], 0)
+  return dec
+
+
+encdec.denoiser("mass", fragment_noise, t5.replaced_inputs, fragment_targets,
+                doc="MASS: a masked fragment in, the fragment out.",
+                ratio=0.5, mask_rate=0.8, random_rate=0.1)
+
+
+@register
+class Bart(encdec.Denoiser):
+  """BART: document noising, then reconstruction of the original.
+
+  The noise is a document transform (sentence permutation, rotation)
+  followed by one token noise on the transformed text; infilling also
+  inserts a [MASK] for each zero-length span, which a plain noise mask
+  cannot say, so this scheme writes its own `corrupt`.
+  """
   name = "bart"
-  interfaces = ("encdec",)
   defaults = {
       "noises": ("infill", "permute"),  # any of BART_NOISES
       "rate": 0.3,                      # pieces masked, deleted or infilled
@@ -85,7 +82,7 @@ class Bart(common.Scheme):
       noisy = transforms.rotate_documents(k_rot, noisy, self.specials)
     length = batch["tokens"].shape[1]
     enc, mask = self._token_noise(k_tok, noisy, length)
-    return dict(batch, mask=mask, enc=enc, dec=t5.original(batch, length))
+    return dict(batch, mask=mask, enc=enc, dec=encdec.original(batch, length))
 
   def _token_noise(self, rng, batch, length):
     """The encoder stream after the token-level noise, and its mask."""
@@ -103,22 +100,4 @@ class Bart(common.Scheme):
     if "mask" not in self.noises:
       mask = jnp.zeros_like(mask)
     tok = jnp.where(mask, self.specials.mask, tok)
-    return t5.original(dict(batch, tokens=tok), length), mask
-
-  def model_inputs(self, inputs):
-    return lm.encdec_inputs(self, inputs["enc"], inputs["dec"])
-
-  def score(self, params, inputs, outputs, rng, deterministic):
-    return {"lm": lm.decoder_sums(outputs, inputs["dec"])}
-
-
-@register("mass")
-def mass(model, size, specials, **options):
-  """MASS: masked fragment in, the fragment out."""
-  return Mass(model, size, specials, **options)
-
-
-@register("bart")
-def bart(model, size, specials, **options):
-  """BART denoising; `noises` picks the mix (see `BART_NOISES`)."""
-  return Bart(model, size, specials, **options)
+    return encdec.original(dict(batch, tokens=tok), length), mask

@@ -82,6 +82,7 @@ def span_boundaries(mask):
   return jnp.clip(left, 0, last), jnp.clip(right, 0, last), t - left
 
 
+@register
 class SpanMLM(common.Scheme):
   """Span masking over whole words, plus the span boundary objective."""
   name = "span_mlm"
@@ -161,9 +162,3 @@ class SpanMLM(common.Scheme):
       parts["sbo"] = common.token_sums(logits, inputs["tokens"],
                                        inputs["mask"])
     return parts
-
-
-@register("span_mlm")
-def span_mlm(model, size, specials, **options):
-  """SpanBERT: geometric whole-word spans and the span boundary objective."""
-  return SpanMLM(model, size, specials, **options)

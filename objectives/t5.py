@@ -1,6 +1,7 @@
 """The T5 family of text-to-text objectives on one encoder-decoder.
 
-The rows of the T5 paper's Tables 4 to 7:
+The rows of the T5 paper's Tables 4 to 7, each one line combining a noise
+function, an inputs function and a targets function (`objectives.encdec`):
 
 - `t5_span`: span corruption, each span replaced by a sentinel; the target
   lists the spans after their sentinels (density 0.15, mean length 3;
@@ -13,169 +14,132 @@ The rows of the T5 paper's Tables 4 to 7:
 - `t5_drop`: noised pieces dropped from the input; the target is them.
 - `t5_deshuffle`: pieces shuffled within each document; target the
   original (Table 4).
-- `t5_prefix_lm`: the prefix LM (Table 4), see `objectives.lm`.
+- `t5_prefix_lm`: each document split at a random point; the prefix in,
+  the suffix out (Table 4).
 
-Inputs keep the row's static length; targets get `target_length` (0: an
-estimate from the density that fits nearly every row; overflow is cut).
+`t5` names the paper's choice, span corruption. Inputs keep the row's
+static length; targets get `target_length` (0: the targets function's
+budget, which fits nearly every row; overflow is cut).
 """
 
-import math
-
-import jax
 import jax.numpy as jnp
 
-from objectives import common
-from objectives import lm
-from objectives import noise
-from objectives import register
+from objectives import encdec
+from objectives import noise as noise_lib
+from objectives import segments
 from objectives import transforms
 
-
-def original(batch, length):
-  """The uncorrupted row as an `emit` stream (the reconstruction target)."""
-  doc = batch["doc_ids"]
-  return transforms.emit((doc > 0).astype(jnp.int32), batch["tokens"],
-                         batch["tokens"], doc, length)
+# Noise functions: (rng, batch, specials, options) -> [B, L] bool.
 
 
-class TextToText(common.Scheme):
-  """A T5 objective: noise -> (inputs, targets) -> encoder-decoder loss."""
-  interfaces = ("encdec",)
-  defaults = {"density": 0.15, "mean_length": 3.0, "target_length": 0}
-  model_overrides = {}
-
-  def target_length(self, length):
-    """Static decoder length for rows of `length` pieces."""
-    if self.options["target_length"]:
-      return self.options["target_length"]
-    return length
-
-  def noise_mask(self, batch, rng):
-    """Hook: [B, L] bool noise (default i.i.d. at `density`, Bernoulli)."""
-    ok = noise.eligible(batch["tokens"], self.specials)
-    return noise.iid_mask(rng, ok, self.options["density"], exact=False)
-
-  def model_inputs(self, inputs):
-    return lm.encdec_inputs(self, inputs["enc"], inputs["dec"])
-
-  def score(self, params, inputs, outputs, rng, deterministic):
-    return {"lm": lm.decoder_sums(outputs, inputs["dec"])}
+def iid_noise(rng, batch, specials, o):
+  """Each eligible piece noised independently with probability `density`."""
+  ok = noise_lib.eligible(batch["tokens"], specials)
+  return noise_lib.iid_mask(rng, ok, o["density"], exact=False)
 
 
-class Sentinels(TextToText):
-  """Noise spans -> sentinels in the input, spans after them as target."""
-
-  def target_length(self, length):
-    if self.options["target_length"]:
-      return self.options["target_length"]
-    d, m = self.options["density"], max(self.options["mean_length"], 1.0)
-    # Noise, one sentinel per span, and per document an EOS and a final
-    # sentinel (documents of ~16+ pieces), with a quarter to spare.
-    want = length * d * (1 + 1 / m) * 1.25 + length / 8 + 2
-    return min(length, int(math.ceil(want)))
-
-  def corrupt(self, batch, rng):
-    mask = self.noise_mask(batch, rng)
-    args = (batch["tokens"], mask, batch["doc_ids"], self.specials)
-    length = batch["tokens"].shape[1]
-    return dict(batch, mask=mask,
-                enc=transforms.noise_span_to_unique_sentinel(*args, length),
-                dec=transforms.nonnoise_span_to_unique_sentinel(
-                    *args, self.target_length(length)))
+def span_noise(rng, batch, specials, o):
+  """Spans of mean `mean_length` covering `density` of the pieces."""
+  ok = noise_lib.eligible(batch["tokens"], specials)
+  return noise_lib.span_mask(rng, ok, o["density"], o["mean_length"])
 
 
-class SpanCorruption(Sentinels):
-  name = "t5_span"
-
-  def noise_mask(self, batch, rng):
-    ok = noise.eligible(batch["tokens"], self.specials)
-    return noise.span_mask(rng, ok, self.options["density"],
-                           self.options["mean_length"])
+def suffix_noise(rng, batch, specials, o):
+  """Each document's suffix after a uniform split point (EOS excluded)."""
+  del o
+  prefix = segments.prefix_split(rng, batch, specials)
+  return noise_lib.eligible(batch["tokens"], specials) & ~prefix
 
 
-class IidSentinels(Sentinels):
-  name = "t5_iid"
-  defaults = {"density": 0.15, "mean_length": 1.0, "target_length": 0}
+def no_noise(rng, batch, specials, o):
+  """Nothing noised: the inputs function corrupts the whole row."""
+  del rng, specials, o
+  return jnp.zeros(batch["tokens"].shape, bool)
 
 
-class Reconstruct(TextToText):
-  """Corrupted pieces in place; the target is the whole original row."""
-  name = "t5_bert"
-  defaults = {"density": 0.15, "mask_rate": 0.9, "random_rate": 0.1,
-              "target_length": 0}
-
-  def corrupt(self, batch, rng):
-    k_mask, k_swap = jax.random.split(rng)
-    mask = self.noise_mask(batch, k_mask)
-    tokens = noise.replace_tokens(k_swap, batch["tokens"], mask,
-                                  self.specials, self.options["mask_rate"],
-                                  self.options["random_rate"])
-    length = batch["tokens"].shape[1]
-    enc = original(dict(batch, tokens=tokens), length)
-    return dict(batch, mask=mask, enc=enc,
-                dec=original(batch, self.target_length(length)))
+# Inputs functions: (rng, batch, mask, specials, options, length) -> stream.
 
 
-class MassStyle(Reconstruct):
-  name = "t5_mass"
-  defaults = {"density": 0.15, "mask_rate": 1.0, "random_rate": 0.0,
-              "target_length": 0}
+def sentinel_inputs(rng, batch, mask, specials, o, length):
+  """Each noise span replaced by its sentinel."""
+  del rng, o
+  return transforms.noise_span_to_unique_sentinel(
+      batch["tokens"], mask, batch["doc_ids"], specials, length)
 
 
-class DropTokens(TextToText):
-  """Noised pieces leave the input; the target is exactly them."""
-  name = "t5_drop"
-  defaults = {"density": 0.15, "target_length": 0}
-
-  def target_length(self, length):
-    if self.options["target_length"]:
-      return self.options["target_length"]
-    want = length * self.options["density"] * 1.25 + length / 16 + 2
-    return min(length, int(math.ceil(want)))
-
-  def corrupt(self, batch, rng):
-    mask = self.noise_mask(batch, rng)
-    length = batch["tokens"].shape[1]
-    tok, doc = batch["tokens"], batch["doc_ids"]
-    return dict(batch, mask=mask,
-                enc=transforms.drop_noise_tokens(tok, mask, doc, length),
-                dec=transforms.keep_noise_tokens(
-                    tok, mask, doc, self.specials, self.target_length(length)))
+def replaced_inputs(rng, batch, mask, specials, o, length):
+  """Noised pieces [MASK] (`mask_rate`) or random (`random_rate`), in place."""
+  tokens = noise_lib.replace_tokens(rng, batch["tokens"], mask, specials,
+                                    o["mask_rate"], o["random_rate"])
+  return encdec.original(dict(batch, tokens=tokens), length)
 
 
-class Deshuffle(TextToText):
-  """Pieces shuffled within each document; the target is the original."""
-  name = "t5_deshuffle"
-  defaults = {"target_length": 0}
-
-  def corrupt(self, batch, rng):
-    length = batch["tokens"].shape[1]
-    shuffled = transforms.shuffle_tokens(rng, batch, self.specials)
-    return dict(batch, enc=original(shuffled, length),
-                dec=original(batch, self.target_length(length)))
+def dropped_inputs(rng, batch, mask, specials, o, length):
+  """Noised pieces removed."""
+  del rng, specials, o
+  return transforms.drop_noise_tokens(batch["tokens"], mask,
+                                      batch["doc_ids"], length)
 
 
-class PrefixLM(lm.PrefixLM):
-  name = "t5_prefix_lm"
-  interfaces = ("encdec",)
+def shuffled_inputs(rng, batch, mask, specials, o, length):
+  """Every document's pieces in a random order (EOS last)."""
+  del mask, o
+  return encdec.original(transforms.shuffle_tokens(rng, batch, specials),
+                         length)
 
 
-_SCHEMES = (SpanCorruption, IidSentinels, Reconstruct, MassStyle,
-            DropTokens, Deshuffle, PrefixLM)
+# Targets functions: (batch, mask, specials, options, length) -> stream.
 
 
-def _factory(cls):
-  def factory(model, size, specials, **options):
-    return cls(model, size, specials, **options)
-  factory.__doc__ = cls.__doc__ or f"T5 objective {cls.name}."
-  factory.__name__ = cls.name
-  return factory
+def _sentinel_budget(o, length):
+  # Noise, one sentinel per span, and per document an EOS and a final
+  # sentinel (documents of ~16+ pieces), with a quarter to spare.
+  m = max(o.get("mean_length", 1.0), 1.0)
+  return length * o["density"] * (1 + 1 / m) * 1.25 + length / 8 + 2
 
 
-_FACTORIES = {cls.name: _factory(cls) for cls in _SCHEMES}
-for _name, _fn in _FACTORIES.items():
-  register(_name)(_fn)
+def _noise_budget(o, length):
+  return length * o["density"] * 1.25 + length / 16 + 2
 
-# `t5` names the paper's chosen objective, span corruption (an alias: the
-# same factory, so `objectives.aliases()` maps it to t5_span).
-register("t5")(_FACTORIES[SpanCorruption.name])
+
+@encdec.budget(_sentinel_budget)
+def sentinel_targets(batch, mask, specials, o, length):
+  """The noise spans, each after its sentinel; EOS closes each document."""
+  del o
+  return transforms.nonnoise_span_to_unique_sentinel(
+      batch["tokens"], mask, batch["doc_ids"], specials, length)
+
+
+@encdec.budget(encdec.full_length)
+def original_targets(batch, mask, specials, o, length):
+  """The uncorrupted row."""
+  del mask, specials, o
+  return encdec.original(batch, length)
+
+
+@encdec.budget(_noise_budget)
+def noise_targets(batch, mask, specials, o, length):
+  """Only the noised pieces, and each document's EOS."""
+  del o
+  return transforms.keep_noise_tokens(batch["tokens"], mask,
+                                      batch["doc_ids"], specials, length)
+
+
+@encdec.budget(encdec.full_length)
+def suffix_targets(batch, mask, specials, o, length):
+  """The noised suffix and each document's EOS, at full length."""
+  return noise_targets(batch, mask, specials, o, length)
+
+
+SPAN = encdec.denoiser("t5_span", span_noise, sentinel_inputs,
+                       sentinel_targets, density=0.15, mean_length=3.0)
+encdec.denoiser("t5_iid", iid_noise, sentinel_inputs, sentinel_targets,
+                density=0.15)
+encdec.denoiser("t5_bert", iid_noise, replaced_inputs, original_targets,
+                density=0.15, mask_rate=0.9, random_rate=0.1)
+encdec.denoiser("t5_mass", iid_noise, replaced_inputs, original_targets,
+                density=0.15, mask_rate=1.0, random_rate=0.0)
+encdec.denoiser("t5_drop", iid_noise, dropped_inputs, noise_targets,
+                density=0.15)
+encdec.denoiser("t5_deshuffle", no_noise, shuffled_inputs, original_targets)
+encdec.denoiser("t5_prefix_lm", suffix_noise, dropped_inputs, suffix_targets)

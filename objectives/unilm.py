@@ -21,6 +21,7 @@ from objectives import transforms
 from zoo.models import masks
 
 
+@register
 class UniLM(common.Scheme):
   """MLM under a per-row bidirectional, left-to-right, right-to-left or
   seq2seq mask."""
@@ -62,9 +63,3 @@ class UniLM(common.Scheme):
 
   def score(self, params, inputs, outputs, rng, deterministic):
     return {"mlm": mlm_lib.masked_sums(outputs["logits"], inputs)}
-
-
-@register("unilm")
-def unilm(model, size, specials, **options):
-  """UniLM's mixture of bidirectional, unidirectional and seq2seq LMs."""
-  return UniLM(model, size, specials, **options)

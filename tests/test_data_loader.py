@@ -75,6 +75,64 @@ def test_processes_get_different_batches():
                          process_index=2, process_count=2)
 
 
+def _global_batches(cfg, procs, steps, rows=4, states=None, **kw):
+  """`steps` global batches of `rows` rows read by `procs` processes (and
+  the loaders, resumed from `states` when given)."""
+  loaders = [data.pretrain_loader(cfg, seq_len=32, batch_size=rows // procs,
+                                  seed=3, process_index=i,
+                                  process_count=procs, **kw)
+             for i in range(procs)]
+  for ld in loaders if states else ():
+    ld.restore(json.loads(json.dumps(states)))
+  out = [np.concatenate([next(ld)["tokens"] for ld in loaders])
+         for _ in range(steps)]
+  return out, loaders
+
+
+def _c4_cfg(tmp_path):
+  _write_c4(tmp_path, "train", [[f"Shard {s} text {j} goes on. " * (j % 4 + 1)
+                                 for j in range(9)] for s in range(3)])
+  return {"source": "c4", "path": str(tmp_path), "shuffle_buffer": 4}
+
+
+@pytest.mark.parametrize("source", ["sample", "c4"])
+def test_global_batches_do_not_depend_on_the_process_count(tmp_path, source):
+  cfg = SAMPLE if source == "sample" else _c4_cfg(tmp_path)
+  one, _ = _global_batches(cfg, 1, 6)
+  for procs in (2, 4):
+    many, _ = _global_batches(cfg, procs, 6)
+    for a, b in zip(one, many):
+      np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("source", ["sample", "c4"])
+def test_a_run_resumes_on_another_process_count(tmp_path, source):
+  cfg = SAMPLE if source == "sample" else _c4_cfg(tmp_path)
+  want, _ = _global_batches(cfg, 1, 9)
+  _, two = _global_batches(cfg, 2, 4)
+  states = [ld.get_state() for ld in two]
+  for procs in (1, 4):
+    got, _ = _global_batches(cfg, procs, 5, states=states)
+    for a, b in zip(want[4:], got):
+      np.testing.assert_array_equal(a, b)
+
+
+def test_rows_can_be_any_global_rows():
+  """A process whose devices hold rows 2, 3, 0, 1 reads exactly those."""
+  whole = next(data.pretrain_loader(SAMPLE, seq_len=32, batch_size=4, seed=3))
+  part = next(data.pretrain_loader(SAMPLE, seq_len=32, batch_size=2, seed=3,
+                                   process_count=2, rows=[3, 1]))
+  np.testing.assert_array_equal(part["tokens"], whole["tokens"][[3, 1]])
+
+
+def test_a_state_of_another_global_batch_is_refused():
+  ld = data.pretrain_loader(SAMPLE, seq_len=32, batch_size=2, seed=3)
+  state = ld.get_state()
+  big = data.pretrain_loader(SAMPLE, seq_len=32, batch_size=4, seed=3)
+  with pytest.raises(ValueError, match="different global batch size"):
+    big.restore([state])
+
+
 def _write_c4(folder, split, texts_per_shard):
   folder.mkdir(parents=True, exist_ok=True)
   for i, texts in enumerate(texts_per_shard):
@@ -160,15 +218,21 @@ def test_synthetic_and_unknown_sources():
     data.pretrain_loader({"sorce": "c4"}, seq_len=8, batch_size=1, seed=0)
 
 
-def test_worker_process_gives_the_same_stream():
-  base = data.pretrain_loader(SAMPLE, seq_len=32, batch_size=2, seed=2)
-  mp = data.pretrain_loader({**SAMPLE, "worker_count": 1}, seq_len=32,
-                            batch_size=2, seed=2)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_worker_processes_give_the_same_stream(workers):
+  base = data.pretrain_loader(SAMPLE, seq_len=32, batch_size=4, seed=2)
+  mp = data.pretrain_loader({**SAMPLE, "worker_count": workers}, seq_len=32,
+                            batch_size=4, seed=2)
   try:
     for _ in range(3):
       assert (next(base)["tokens"] == next(mp)["tokens"]).all()
+    with pytest.raises(ValueError, match="worker_count > 0"):
+      base.restore([mp.get_state(), mp.get_state()])
   finally:
     mp.close()
+  with pytest.raises(ValueError, match="worker_count=3 must divide the 4"):
+    data.pretrain_loader({**SAMPLE, "worker_count": 3}, seq_len=32,
+                         batch_size=4, seed=2)
 
 
 def test_tfds_source_by_name_and_missing_dataset():

@@ -1,6 +1,7 @@
 """Two processes on localhost train exactly as one process does."""
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -92,6 +93,60 @@ def test_two_processes_equal_one_with_eight_devices(tmp_path):
   assert all(x != y for (_, x), (_, y) in zip(first, second))
 
 
+# The schedule spans 2 * STEPS whatever `steps` is, so a run stopped at
+# STEPS and resumed trains as one uninterrupted run.
+SAMPLE = {"data.source": "sample", "data.vocab_size": 8000, "seq_len": 64,
+          "optimizer.decay_steps": 2 * STEPS}
+
+
+def _sample_config(steps):
+  config = toy.get_config(f"steps={steps}")
+  config.mesh = {"data": 2, "fsdp": 2, "tensor": 2}
+  config.data.source, config.data.vocab_size = "sample", 8000
+  config.seq_len, config.optimizer.decay_steps = 64, 2 * STEPS
+  return config
+
+
+def _recorded_train(config, workdir):
+  build = lib.build_loader
+  toy.record_batches(workdir)
+  try:
+    return train.train(config, workdir)
+  finally:
+    lib.build_loader = build
+
+
+def test_two_processes_read_the_sample_as_one_and_resume_on_one(tmp_path):
+  """The real Grain path: each global batch is bitwise the same whether
+  one process or two read it, and the 2-process checkpoint resumes on 1
+  process to the batches and numbers of an uninterrupted run."""
+  multi, single, resumed = (str(tmp_path / n) for n in
+                            ("multi", "single", "resumed"))
+  _two_processes(multi, MESH + [f"--config.{k}={v}" for k, v in
+                                SAMPLE.items()])
+  shutil.copytree(multi, resumed)
+  _recorded_train(_sample_config(2 * STEPS), single)
+  _recorded_train(_sample_config(2 * STEPS), resumed)
+  want = toy.read_rows(single)
+  assert toy.read_rows(multi, processes=2) == {
+      n: want[n] for n in range(1, STEPS + 1)}
+  again = toy.read_rows(resumed)  # process 0's lines, then the resumed run's
+  assert {n: again[n] for n in range(STEPS + 1, 2 * STEPS + 1)} == {
+      n: want[n] for n in range(STEPS + 1, 2 * STEPS + 1)}
+  # The numbers agree to float32 rounding, not bitwise: the all-reduce
+  # across processes (gloo) sums in another order than the in-process one.
+  losses = {r["step"]: r["loss"] for r in read_metrics(single)}
+  for run in (multi, resumed):
+    got = {r["step"]: r["loss"] for r in read_metrics(run)}
+    np.testing.assert_allclose([got[n] for n in sorted(got)],
+                               [losses[n] for n in sorted(got)], rtol=1e-6)
+  a, _ = checkpoint.restore_replicated(resumed)
+  b, _ = checkpoint.restore_replicated(single)
+  for x, y in zip(jax.tree.leaves(jax.device_get(a)),
+                  jax.tree.leaves(jax.device_get(b))):
+    np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("args,words", [
     (("127.0.0.1:1234", None, None), "go together"),
     (("127.0.0.1:1234", 2, 2), "--process_id 2 is not in [0, 2)"),
@@ -107,9 +162,9 @@ def test_allgather_json_single_process():
 
 
 def test_evaluation_over_uneven_validation_shards_finishes(tmp_path):
-  """The sample's validation documents split 46 / 45 between the two
-  processes: one runs out of rows first and feeds padding until the other
-  has too, instead of leaving it alone in a collective."""
+  """The sample's 91 validation documents split unevenly between the 16
+  global rows: one process runs out of rows first and feeds padding until
+  the other has too, instead of leaving it alone in a collective."""
   workdir = str(tmp_path)
   _two_processes(workdir, MESH + [
       "--config.data.source=sample", "--config.data.vocab_size=8000",

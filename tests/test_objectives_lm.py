@@ -52,25 +52,6 @@ def test_clm_never_sees_the_next_document():
                              atol=1e-5)
 
 
-def test_prefix_lm_encdec_t5():
-  batch = testing.tiny_batch()
-  obj = testing.build("prefix_lm", "t5")
-  assert obj.interface == "encdec"
-  inputs = obj.corrupt(batch, jax.random.key(3))
-  enc, dec = inputs["enc"], inputs["dec"]
-  # Prefix and suffix re-assemble each document.
-  for r in range(batch["tokens"].shape[0]):
-    tok = np.asarray(batch["tokens"][r])
-    doc = np.asarray(batch["doc_ids"][r])
-    for d in np.unique(doc[doc > 0]):
-      e = np.asarray(enc["tokens"][r])[np.asarray(enc["segment_ids"][r]) == d]
-      t = np.asarray(dec["tokens"][r])[np.asarray(dec["segment_ids"][r]) == d]
-      body = tok[(doc == d) & (tok != 1)]
-      np.testing.assert_array_equal(np.concatenate([e[e != 1], t[t != 1]]),
-                                    body)
-  testing.check(obj, batch)
-
-
 def test_prefix_lm_encoder_mask_bert():
   batch = testing.tiny_batch()
   obj = testing.build("prefix_lm", "bert")

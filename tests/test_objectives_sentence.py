@@ -64,15 +64,17 @@ def test_structbert_pairs_match_their_labels(batch):
 
 
 def test_nsp_negatives_never_share_a_document_on_real_rows():
-  """Packing cuts a document into consecutive rows: a neighbouring row is
-  often the same text, never a negative."""
-  ld = data.pretrain_loader({"source": "sample"}, seq_len=64, batch_size=16,
+  """Packing cuts a document into consecutive rows of one stream: batches
+  of such rows (a loader's rows of 16 steps stacked) put the same text in
+  neighbouring rows, never a negative."""
+  ld = data.pretrain_loader({"source": "sample"}, seq_len=64, batch_size=1,
                             seed=3)
   specials = objectives.Specials(**ld.tokenizer.specials())
   pairs = jax.jit(sentence.sentence_pairs, static_argnums=(2, 3, 4))
   negatives = 0
   for step in range(4):
-    batch = next(ld)
+    rows = [next(ld) for _ in range(16)]
+    batch = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
     shares = (batch["doc_keys"][1:, 0] == batch["doc_keys"][:-1, -1]).sum()
     assert step or shares > 0  # the risk is real: rows continue documents
     pair = pairs(jax.random.key(step), batch, specials, ("next", "random"),

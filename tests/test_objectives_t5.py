@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 
 import objectives
+from objectives import encdec
 from objectives import noise
+from objectives import t5
 from tests import objective_checks as testing
 
 SP = testing.SPECIALS
@@ -103,3 +105,52 @@ def test_table_6_7_options(batch, density, mean):
 def test_trains(name):
   batch = testing.tiny_batch()
   testing.check(testing.build(name, "t5"), batch, steps=25)
+
+
+def test_prefix_lm_splits_each_document():
+  batch = testing.tiny_batch()
+  obj = testing.build("t5_prefix_lm", "t5")
+  inputs = obj.corrupt(batch, jax.random.key(3))
+  enc, dec = inputs["enc"], inputs["dec"]
+  # Prefix and suffix re-assemble each document.
+  for r in range(batch["tokens"].shape[0]):
+    tok = np.asarray(batch["tokens"][r])
+    doc = np.asarray(batch["doc_ids"][r])
+    for d in np.unique(doc[doc > 0]):
+      e = np.asarray(enc["tokens"][r])[np.asarray(enc["segment_ids"][r]) == d]
+      t = np.asarray(dec["tokens"][r])[np.asarray(dec["segment_ids"][r]) == d]
+      body = tok[(doc == d) & (tok != 1)]
+      np.testing.assert_array_equal(np.concatenate([e[e != 1], t[t != 1]]),
+                                    body)
+  testing.check(obj, batch)
+
+
+@pytest.mark.parametrize("name", NAMES + ("mass",))
+def test_each_variant_is_one_noise_inputs_targets_line(name):
+  cls = type(testing.build(name, "bart" if name == "mass" else "t5"))
+  assert issubclass(cls, encdec.Denoiser)
+  assert "corrupt" not in vars(cls)  # the three functions, nothing else
+  for part in ("noise", "inputs", "targets"):
+    fn = getattr(cls, part)
+    assert fn.__module__ in ("objectives.t5", "objectives.seq2seq"), fn
+
+
+@pytest.fixture
+def composed():
+  """A scheme made of existing parts in one line, unregistered after."""
+  cls = encdec.denoiser("test_span_drop", t5.span_noise, t5.dropped_inputs,
+                        t5.noise_targets, density=0.15, mean_length=3.0)
+  yield cls
+  del objectives._REGISTRY[cls.name]  # pylint: disable=protected-access
+
+
+def test_a_new_combination_is_one_line(composed, batch):
+  obj = testing.build(composed.name, "t5")
+  inputs = jax.jit(obj.corrupt)(batch, jax.random.key(2))
+  mask = np.asarray(inputs["mask"])
+  enc_n = np.asarray(inputs["enc"]["segment_ids"] > 0).sum(-1)
+  valid = np.asarray(batch["doc_ids"] > 0).sum(-1)
+  np.testing.assert_array_equal(enc_n, valid - mask.sum(-1))
+  runs = np.diff(np.concatenate([[0], mask[0].astype(int), [0]]))
+  assert (runs == 1).sum() < mask[0].sum()  # spans, not single pieces
+  testing.check(obj, testing.tiny_batch(), steps=25)

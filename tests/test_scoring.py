@@ -16,7 +16,7 @@ import zoo
 from configs.compare import smoke
 from objectives import common
 from objectives import noise
-from objectives import t5 as t5_objective
+from objectives import encdec
 from objectives import transforms
 from tests.fast_params import fast_params
 from zoo import loading, models, scoring, train
@@ -123,7 +123,7 @@ def _t5_reference(model, params, row) -> float:
 def _bart_reference(model, config, params, row) -> float:
   """Sum over t of log p(x_t) with x_t masked, the original row decoded."""
   doc = jnp.asarray((row != 0).astype(np.int32)[None])
-  dec = t5_objective.original({"tokens": jnp.asarray(row[None]),
+  dec = encdec.original({"tokens": jnp.asarray(row[None]),
                                "doc_ids": doc}, len(row))
   dec_in = common.shift_right(dec["tokens"], dec["segment_ids"],
                               config.decoder_start_id)

@@ -180,3 +180,9 @@ def test_batch_shards_held_by_two_processes_are_found():
   # data = 2 across, tensor = 4 inside each process: fine.
   assert not sharding.shared_batch_shards(
       _mesh_of([0, 0, 0, 0, 1, 1, 1, 1], (2, 1, 4)), rules)
+
+
+def test_one_process_feeds_every_batch_row_in_order():
+  mesh = sharding.make_mesh(MESH_222)
+  assert sharding.process_rows(mesh, sharding.DEFAULT_RULES, 16) == list(
+      range(16))

@@ -119,8 +119,8 @@ def _poison(monkeypatch, at_batch: int, poison_id: int):
   """The train loader's batch number `at_batch` gets a poison token."""
   build = lib.build_loader
 
-  def wrapped(config, split, batch_size, seed):
-    loader = build(config, split, batch_size, seed)
+  def wrapped(config, split, batch_size, seed, rows=None):
+    loader = build(config, split, batch_size, seed, rows)
     if split != "train":
       return loader
     inner_next = type(loader).__next__

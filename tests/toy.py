@@ -89,7 +89,7 @@ class ToyLM(objectives.Objective):
 
 
 try:
-  objectives.register("toy_lm")(ToyLM)
+  objectives.register(ToyLM)
 except ValueError:
   pass  # this file was also loaded as a config module
 
@@ -133,8 +133,10 @@ class Recorder:
       time.sleep(3600)  # until the test kills this process
     batch = next(self.loader)
     self.count += 1
+    rows = ",".join(f"{r}={fingerprint({'tokens': t})}" for r, t in
+                    zip(self.loader.rows, batch["tokens"]))
     with open(self.path, "a", encoding="utf-8") as f:
-      f.write(f"{self.count} {fingerprint(batch)}\n")
+      f.write(f"{self.count} {fingerprint(batch)} {rows}\n")
     return batch
 
   def get_state(self):
@@ -144,14 +146,18 @@ class Recorder:
     self.loader.set_state(state)
     self.count = None
 
+  def restore(self, states):
+    self.loader.restore(states)
+    self.count = None
+
 
 def record_batches(workdir: str, hang_after: int = 0) -> None:
   """Makes the trainer's train loaders `Recorder`s writing into `workdir`."""
   from zoo import train_lib  # pylint: disable=import-outside-toplevel
   build = train_lib.build_loader
 
-  def wrapped(config, split, batch_size, seed):
-    loader = build(config, split, batch_size, seed)
+  def wrapped(config, split, batch_size, seed, rows=None):
+    loader = build(config, split, batch_size, seed, rows)
     if split != "train":
       return loader
     os.makedirs(workdir, exist_ok=True)
@@ -161,11 +167,25 @@ def record_batches(workdir: str, hang_after: int = 0) -> None:
   train_lib.build_loader = wrapped
 
 
-def read_batches(workdir: str, process: int = 0) -> list[tuple[int, str]]:
-  """The `(batch number, fingerprint)` lines a recorded run wrote."""
+def _lines(workdir: str, process: int) -> list[list[str]]:
   path = os.path.join(workdir, f"batches_{process}.txt")
   with open(path, encoding="utf-8") as f:
-    return [(int(n), h) for n, h in (line.split() for line in f)]
+    return [line.split() for line in f]
+
+
+def read_batches(workdir: str, process: int = 0) -> list[tuple[int, str]]:
+  """The `(batch number, fingerprint)` lines a recorded run wrote."""
+  return [(int(n), h) for n, h, _ in _lines(workdir, process)]
+
+
+def read_rows(workdir: str, processes: int = 1) -> dict[int, dict]:
+  """Batch number -> {global row: fingerprint} over a run's processes."""
+  out = {}
+  for p in range(processes):
+    for n, _, rows in _lines(workdir, p):
+      out.setdefault(int(n), {}).update(
+          (int(r), h) for r, h in (x.split("=") for x in rows.split(",")))
+  return out
 
 
 def _main():

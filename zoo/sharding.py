@@ -260,6 +260,17 @@ def batch_divisor(mesh: jax.sharding.Mesh, rules) -> int:
   return math.prod(mesh.shape[a] for a in _target_axes(target))
 
 
+def process_rows(mesh: jax.sharding.Mesh, rules, global_rows: int
+                 ) -> list[int]:
+  """The global batch rows this process's devices hold, in the order
+  `jax.make_array_from_process_local_data` takes its local rows: the
+  distinct row slices of its devices, sorted."""
+  shard = batch_sharding(mesh, rules, ndim=1)
+  slices = shard.addressable_devices_indices_map((global_rows,)).values()
+  spans = sorted({s[0].indices(global_rows)[:2] for s in slices})
+  return [r for start, stop in spans for r in range(start, stop)]
+
+
 def shared_batch_shards(mesh: jax.sharding.Mesh, rules) -> list[tuple]:
   """Batch shards held by devices of more than one process.
 

@@ -52,6 +52,12 @@ def check_config(config, mesh) -> None:
         f"of processes {owners}, which would each feed it different rows; "
         "put the axes that cross processes on the batch (data, fsdp) and "
         "keep tensor within a process")
+  held = len(sharding.process_rows(mesh, config.rules, rows))
+  if held * procs != rows:
+    raise ValueError(
+        f"mesh {dict(mesh.shape)}: this process's devices hold {held} of "
+        f"the {rows} rows of each batch, not an equal share of {procs} "
+        "processes")
 
 
 class _Run:
@@ -63,8 +69,9 @@ class _Run:
     check_config(config, self.mesh)
     self.rows = int(config.batch_size)
     self.local_rows = self.rows // jax.process_count()
+    self.feeds = sharding.process_rows(self.mesh, config.rules, self.rows)
     self.loader = lib.build_loader(config, "train", self.local_rows,
-                                   int(config.seed))
+                                   int(config.seed), self.feeds)
     self.objective = lib.build_objective(
         config, lib.specials_of(config, self.loader),
         getattr(self.loader, "tokenizer", None))
@@ -87,13 +94,8 @@ class _Run:
       return self.setup.init(lib.init_rng(int(self.config.seed))), 0
     target = ckpt_lib.with_shardings(self.setup.abstract, self.setup.shardings)
     state, meta = self.ckpt.restore(latest, target)
-    data_states = meta["data"]
-    if len(data_states) != jax.process_count():
-      raise ValueError(
-          f"checkpoint {latest} was saved by {len(data_states)} processes; "
-          f"this run has {jax.process_count()}, so the data stream cannot "
-          "resume exactly")
-    self.loader.set_state(data_states[jax.process_index()])
+    # Rows are addressed globally: any number of processes resumes.
+    self.loader.restore(meta["data"])
     if distributed.is_main():
       print(f"resumed from step {latest} in {self.workdir}", file=sys.stderr)
     return state, latest
@@ -124,7 +126,7 @@ class _Run:
     config = self.config
     if self.valid is None:
       self.valid = lib.build_loader(config, "validation", self.local_rows,
-                                    int(config.seed))
+                                    int(config.seed), self.feeds)
       self.valid_start = self.valid.get_state()
     self.valid.set_state(self.valid_start)
     acc = None

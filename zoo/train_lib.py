@@ -27,7 +27,8 @@ from zoo import models
 from zoo import sharding
 
 
-def build_loader(config, split: str, batch_size: int, seed: int):
+def build_loader(config, split: str, batch_size: int, seed: int,
+                 rows=None):
   """This process's batch iterator for `split` ("train" or "validation").
 
   Args:
@@ -35,6 +36,9 @@ def build_loader(config, split: str, batch_size: int, seed: int):
     split: which stream.
     batch_size: rows per process.
     seed: the stream's seed.
+    rows: the global batch rows this process feeds, in order (default:
+      the process's contiguous block; `sharding.process_rows` gives them
+      for a mesh).
 
   Returns:
     An iterator of int32 `[batch_size, T]` dicts with `get_state()` and
@@ -43,7 +47,7 @@ def build_loader(config, split: str, batch_size: int, seed: int):
   config = config_lib.complete(config)
   kwargs = dict(seq_len=int(config.seq_len), batch_size=batch_size, seed=seed,
                 process_index=jax.process_index(),
-                process_count=jax.process_count())
+                process_count=jax.process_count(), rows=rows)
   if config.data.source == "synthetic":
     if split != "train":
       kwargs["seed"] = seed + 1_000_003  # held-out rows, never trained on

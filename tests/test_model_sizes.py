@@ -1,0 +1,76 @@
+"""Every size a family lists builds and trains one step.
+
+The quick lane traces one gradient step of every (family, size) with
+`jax.eval_shape` (every shape and config check, no FLOPs); the slow lane
+runs the step for real on a [2, 32] batch, largest sizes included.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import objectives
+from objectives import common
+from configs.compare import family as family_grid
+from tests import objective_checks as testing
+from zoo import models
+
+# The family's own scheme: its paper's (the family grid's choice).
+SCHEME = {f: s for s, f in reversed(family_grid.PREFERRED.items())}
+SCHEME.update(t5="t5_span", roberta="mlm", distilbert="mlm")
+SIZES = [(f, s) for f in models.families() for s in models.get(f).SIZES]
+SPECIALS = objectives.Specials(vocab_size=8000)
+
+
+def _scheme(family, size, **model_args):
+  """`(obj, batch)`: the family's scheme at `size` and a [2, 32] batch."""
+  obj = objectives.build(SCHEME[family], family, size, SPECIALS,
+                         model_args=model_args)
+  batch = testing.tiny_batch(seq_len=32, batch_size=2)
+  batch["tokens"] = jnp.minimum(batch["tokens"], SPECIALS.last_regular)
+  return obj, batch
+
+
+def _update(obj, batch, params, rng):
+  """One SGD step: the updated params and the loss before it."""
+  (loss, _), grads = jax.value_and_grad(obj.loss, has_aux=True)(
+      params, batch, rng)
+  return jax.tree.map(lambda p, g: p - 1e-3 * g, params, grads), loss
+
+
+def test_every_family_has_a_scheme():
+  assert set(SCHEME) >= set(models.families())
+
+
+@pytest.mark.parametrize("family,size", SIZES)
+def test_every_size_traces_a_train_step(family, size):
+  obj, batch = _scheme(family, size)
+  params = jax.eval_shape(obj.init, jax.random.key(0), batch)
+  new, loss = jax.eval_shape(functools.partial(_update, obj, batch), params,
+                             jax.random.key(1))
+  assert loss.shape == () and loss.dtype == jnp.float32
+  assert jax.tree.structure(new) == jax.tree.structure(params)
+  assert sum(x.size for x in jax.tree.leaves(params)) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,size", [x for x in SIZES if x[1] != "tiny"])
+def test_every_size_runs_a_train_step(family, size):
+  """The layers run as one `nn.scan` where the family offers it (the same
+  params, stacked): an unrolled large size takes minutes to compile on a
+  CPU, a scanned one seconds. Init and the step compile apart for the
+  same reason."""
+  scan = {"scan_layers": True} if "scan_layers" in common.config_fields(
+      family) else {}
+  obj, batch = _scheme(family, size, **scan)
+  params = jax.jit(obj.init)(jax.random.key(0), batch)
+  new, loss = jax.jit(functools.partial(_update, obj, batch))(
+      params, jax.random.key(1))
+  assert np.isfinite(float(loss))
+  changed = [bool((a != b).any()) for a, b in
+             zip(jax.tree.leaves(params), jax.tree.leaves(new))]
+  assert sum(changed) > len(changed) // 2
+  assert all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(new))
