@@ -172,9 +172,8 @@ def documents(cfg, split: str, seed: int, share: int = 0,
   cfg = config_lib.as_config(cfg)
   if not 0 <= share < num_shares:
     raise ValueError(f"share {share} outside [0, {num_shares})")
-  epochs = cfg.num_epochs or (None if split == "train" else 1)
-  seed = seed if cfg.shuffle_seed is None else cfg.shuffle_seed
   if cfg.source == "c4":
+    epochs, seed = _epochs_and_seed(cfg, split, seed)
     return c4.JsonShards(
         c4.find_shards(cfg.path, split), seed=seed, num_epochs=epochs,
         block=cfg.shuffle_buffer, share=share, num_shares=num_shares,
@@ -188,12 +187,18 @@ def documents(cfg, split: str, seed: int, share: int = 0,
 def shuffled_source(cfg, split: str, seed: int) -> grain.MapDataset:
   """A random-access split, reshuffled every epoch (`num_epochs` of them)."""
   cfg = config_lib.as_config(cfg)
-  epochs = cfg.num_epochs or (None if split == "train" else 1)
-  seed = seed if cfg.shuffle_seed is None else cfg.shuffle_seed
+  epochs, seed = _epochs_and_seed(cfg, split, seed)
   ds = grain.MapDataset.source(_random_access_source(cfg, split))
   if not len(ds):
     raise ValueError(f"split {split!r} has no documents")
   return ds.shuffle(seed=seed % 2**32).repeat(epochs)
+
+
+def _epochs_and_seed(cfg, split: str, seed: int):
+  """Passes over `split` (None: endless, the train default) and the
+  shuffle seed (`cfg.shuffle_seed` overrides the run's)."""
+  epochs = cfg.num_epochs or (None if split == "train" else 1)
+  return epochs, seed if cfg.shuffle_seed is None else cfg.shuffle_seed
 
 
 def _random_access_source(cfg, split: str):
@@ -433,7 +438,7 @@ def _slots(cfg, tokenizer, split, seed, rows, global_rows, seq_len):
   eos = tokenizer.specials()["eos"]
   ds = Slots({r: Pack(documents(cfg, split, seed, r, global_rows, source)
                       .map(annotate), seq_len, eos) for r in rows}, seq_len)
-  finite = bool(cfg.num_epochs) or split != "train"
+  finite = _epochs_and_seed(cfg, split, seed)[0] is not None
   if not cfg.worker_count or finite:  # a finite split reads in-process
     return ds
   if len(rows) % cfg.worker_count:

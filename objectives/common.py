@@ -3,9 +3,15 @@
 A scheme subclasses `Scheme` and fills three hooks:
 
 - `corrupt(batch, rng) -> inputs`: the scheme's noise, a dict of arrays;
-- `run(params, inputs, rng, deterministic) -> outputs`: the model call(s);
+- `model_inputs(inputs) -> (args, kwargs)`: the model call;
 - `score(params, inputs, outputs, rng, deterministic) -> parts`: a dict
   part name -> sums (`loss_sum`, `weight_sum`, `correct_sum`).
+
+Schemes with their own heads or several model calls also override `setup`
+(checks and state once the model is bound), `init_heads` and `run` (the
+model calls; by default one call with `model_inputs`). Encoder-decoder
+schemes need none of this: `objectives.encdec.denoiser` builds them from a
+noise, an inputs and a targets function.
 
 `loss` then returns `(sum_p weight_p * loss_sum_p / weight_sum_p, metrics)`
 where metrics hold the first part's sums under plain names and every

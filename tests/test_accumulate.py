@@ -10,6 +10,8 @@ from tests import objective_checks as testing
 from zoo import sharding
 from zoo import train_lib
 
+pytestmark = pytest.mark.slow  # minutes of training runs: not the quick lane
+
 SCHEMES = [n for n in objectives.names() if n not in objectives.aliases()]
 
 

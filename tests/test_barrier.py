@@ -8,6 +8,7 @@ import numpy as np
 
 from zoo import models
 from zoo.models import barrier
+import pytest
 
 KEY = jax.random.key(0)
 
@@ -33,6 +34,7 @@ def _widest_fusion_of_gpt2_grad(num_layers: int) -> int:
              if re.search(r"= \S+ fusion\(", line))
 
 
+@pytest.mark.slow
 def test_grad_barrier_keeps_backward_fusions_from_spanning_blocks():
   # Without a barrier that survives compilation, the residual gradient's
   # chain (dropout masks included) is fused into every consumer, so the

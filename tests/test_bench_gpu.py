@@ -10,6 +10,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -26,6 +27,7 @@ def _run(tmp_path, **env):
                         check=False)
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_summary_line(tmp_path):
   venv_before = (ROOT / ".venv-gpu").exists()
   out = _run(tmp_path)
@@ -49,6 +51,7 @@ def test_missing_package_is_named_with_the_way_to_bring_it(tmp_path):
   assert "bench/gpu_wheels.sh" in out.stderr
 
 
+@pytest.mark.slow
 def test_refuses_a_cpu_without_the_dry_run_flag(tmp_path):
   out = _run(tmp_path, ALLOW_CPU="0")
   assert out.returncode != 0

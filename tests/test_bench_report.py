@@ -10,6 +10,8 @@ import pytest
 sys.path.append(str(pathlib.Path(__file__).resolve().parent.parent / "bench"))
 import report  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+pytestmark = pytest.mark.slow  # minutes of training runs: not the quick lane
+
 MACHINE = {"cpu": "Test CPU", "cores": 2, "backend": "cpu", "jax": "9.9",
            "flax": "8.8", "torch": "7.7", "transformers": "6.6",
            "load_avg_1m": 3.5, "load_avg_1m_end": 4.0}

@@ -20,6 +20,8 @@ from zoo import checkpoint, optim, sharding  # pylint: disable=wrong-import-posi
 from zoo import train, train_lib as lib  # pylint: disable=wrong-import-position
 from zoo.metrics_log import read_metrics  # pylint: disable=wrong-import-position
 
+pytestmark = pytest.mark.slow  # minutes of training runs: not the quick lane
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOY = os.path.join(ROOT, "tests", "toy.py")
 N = 4  # checkpoint_every; runs go to 2N

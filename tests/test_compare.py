@@ -21,6 +21,8 @@ from zoo.harness import cells
 from zoo.harness import run as harness_run
 from tests.child_env import REPO, child_env
 
+pytestmark = pytest.mark.slow  # minutes of training runs: not the quick lane
+
 
 
 def _env(cache: str) -> dict:

@@ -14,6 +14,8 @@ import pytest
 
 from zoo import train as train_mod
 
+pytestmark = pytest.mark.slow  # minutes of training runs: not the quick lane
+
 CONFIGS = sorted(p.stem for p in
                  pathlib.Path(__file__).parent.parent.joinpath(
                      "configs").glob("*.py")

@@ -77,6 +77,7 @@ def t5_v11(tmp_path_factory):
   return model, hp.save(model, tmp_path_factory.mktemp("t5_v11"))
 
 
+@pytest.mark.slow
 def test_t5_v11_parity(t5_v11):
   model, folder = t5_v11
   batch = _batch(pad=0, start=0)

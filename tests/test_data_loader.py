@@ -218,6 +218,7 @@ def test_synthetic_and_unknown_sources():
     data.pretrain_loader({"sorce": "c4"}, seq_len=8, batch_size=1, seed=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_worker_processes_give_the_same_stream(workers):
   base = data.pretrain_loader(SAMPLE, seq_len=32, batch_size=4, seed=2)

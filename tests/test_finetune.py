@@ -15,6 +15,8 @@ from zoo.finetune import evaluate as finetune_eval
 from zoo.finetune import steps as finetune_steps
 from zoo import models
 
+pytestmark = pytest.mark.slow  # minutes of training runs: not the quick lane
+
 ANIMALS = "cat dog horse cow sheep goat mouse bird".split()
 VEHICLES = "car bus train truck plane boat bike ship".split()
 FILLER = "the a and of in on with very".split()

@@ -39,6 +39,7 @@ def _by_hand(forward, prefix, steps, length):
   return seq[len(prefix):]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["t5", "bart"])
 def test_greedy_encdec_equals_argmax_loop(nets, family):
   model, config, params = nets[family]

@@ -157,6 +157,7 @@ def _stack_inputs():
   return x, mask
 
 
+@pytest.mark.slow
 def test_scan_stack_equals_unrolled_with_restacked_params():
   x, mask = _stack_inputs()
   flat = blocks.Stack(CFG, 3)
@@ -174,6 +175,7 @@ def test_scan_stack_equals_unrolled_with_restacked_params():
   assert boxed["mlp"]["wi"]["kernel"].names == ("layers", "embed", "mlp")
 
 
+@pytest.mark.slow
 def test_remat_keeps_gradients_and_dropout_changes_output():
   x, mask = _stack_inputs()
   rngs = {"dropout": jax.random.key(5)}

@@ -64,6 +64,7 @@ def _training_hidden(workdir: str, step: int) -> np.ndarray:
   return np.asarray(out["hidden"])
 
 
+@pytest.mark.slow
 def test_round_trip_on_one_device_after_training_on_eight(workdir, tmp_path):
   want = _training_hidden(workdir, 4)
   np.save(tmp_path / "want.npy", want)
@@ -149,6 +150,7 @@ def test_workdir_without_checkpoint_is_a_clear_error(workdir, tmp_path):
     zoo.load(workdir, step=3)
 
 
+@pytest.mark.slow
 def test_generate_is_the_greedy_continuation(workdir):
   """A decoder's `generate` matches argmax decoding written out by hand."""
   tok = zoo.load(workdir).tokenizer

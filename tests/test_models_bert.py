@@ -75,6 +75,7 @@ def test_unknown_size_and_field_are_refused():
 @pytest.mark.parametrize("family,args", [
     ("bert", {}), ("albert", {}), ("distilbert", {}), ("unilm", {}),
     ("electra", {"role": "generator"})])
+@pytest.mark.slow
 def test_logits_at_equals_full_logits_gathered(family, args):
   _, model = models.make(family, "tiny", num_layers=1, **args)
   x = mc.tokens()

@@ -48,6 +48,7 @@ def test_packed_documents_match_separate_ones(tiny):
   sc.assert_packing_is_exact(*tiny[2:])
 
 
+@pytest.mark.slow
 def test_encode_and_decode_methods(tiny):
   sc.assert_encode_decode_methods(tiny[1], tiny[2], tiny[3], pad_id=0)
 

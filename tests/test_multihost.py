@@ -17,6 +17,8 @@ from zoo import checkpoint, distributed, train  # pylint: disable=wrong-import-p
 from zoo import train_lib as lib  # pylint: disable=wrong-import-position
 from zoo.metrics_log import read_metrics  # pylint: disable=wrong-import-position
 
+pytestmark = pytest.mark.slow  # minutes of training runs: not the quick lane
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOY = os.path.join(ROOT, "tests", "toy.py")
 STEPS = 4

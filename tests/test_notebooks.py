@@ -11,6 +11,8 @@ import pytest
 
 from tests.child_env import REPO, child_env
 
+pytestmark = pytest.mark.slow  # minutes of training runs: not the quick lane
+
 NOTEBOOKS = sorted(glob.glob(os.path.join(REPO, "notebooks", "*.ipynb")))
 
 

@@ -9,6 +9,7 @@ from tests import objective_checks as testing
 from zoo import models
 
 
+@pytest.mark.slow
 def test_electra_trains_and_exposes_the_discriminator():
   batch = testing.tiny_batch()
   obj = testing.build("electra", "electra")
@@ -25,6 +26,7 @@ def test_electra_trains_and_exposes_the_discriminator():
   assert scores.shape == batch["tokens"].shape
 
 
+@pytest.mark.slow
 def test_replacements_are_sampled_at_masked_positions_only():
   batch = testing.tiny_batch(seq_len=64, batch_size=8)
   obj = testing.build("electra", "electra")
@@ -43,6 +45,7 @@ def test_electra_needs_a_pair():
     testing.build("electra", "bert")
 
 
+@pytest.mark.slow
 def test_generator_loss_at_gathered_slots_equals_full_logits():
   batch = testing.tiny_batch()
   obj = testing.build("electra", "electra", model_args={"dropout_rate": 0.1})

@@ -6,6 +6,7 @@ import numpy as np
 
 from objectives import common
 from tests import objective_checks as testing
+import pytest
 
 
 def test_next_token_targets_stop_at_documents():
@@ -61,6 +62,7 @@ def test_prefix_lm_encoder_mask_bert():
   assert 0 < out["metrics"]["weight_sum"] < every  # the suffix only
 
 
+@pytest.mark.slow
 def test_prefix_lm_on_gpt2_attends_both_ways_within_the_prefix():
   """T5 section 3.2.1: the prefix is read bidirectionally, the suffix
   causally; documents stay apart."""

@@ -15,6 +15,7 @@ from tests import objective_checks as testing
 SP = testing.SPECIALS
 
 
+@pytest.mark.slow
 def test_mlm_corruption_and_training():
   batch = testing.tiny_batch()
   obj = testing.build("mlm", "bert")
@@ -86,6 +87,7 @@ def test_span_corruption_decides_per_span():
   assert "random" in kinds
 
 
+@pytest.mark.slow
 def test_span_mlm_with_sbo_trains():
   batch = testing.tiny_batch()
   obj = testing.build("span_mlm", "bert")
@@ -96,6 +98,7 @@ def test_span_mlm_with_sbo_trains():
   assert m["sbo_weight_sum"] == m["mlm_weight_sum"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tied", [True, False])
 def test_sbo_output_layer_is_tied_to_the_token_table_by_default(tied):
   batch = testing.tiny_batch()
@@ -118,6 +121,7 @@ def test_sbo_output_layer_is_tied_to_the_token_table_by_default(tied):
 @pytest.mark.parametrize("name,family", [("mlm", "bert"),
                                          ("phrase_mlm", "albert"),
                                          ("wwm", "distilbert")])
+@pytest.mark.slow
 def test_gathered_head_loss_equals_full_logits_loss(name, family):
   obj = testing.build(name, family, model_args={"dropout_rate": 0.1})
   testing.assert_gathered_loss_matches(obj, testing.tiny_batch())
@@ -132,6 +136,7 @@ def _dense_rows(length, rows=4, word=3):
           "phrase_ids": jnp.zeros(t.shape, jnp.int32)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("unit", ["token", "word"])
 def test_prediction_budget_bounds_every_mask(unit):
   for length in (1, 128, 203):

@@ -104,6 +104,7 @@ def test_nsp_labels_balanced(batch):
 
 @pytest.mark.parametrize("name,mlm_weight", [("nsp", 1.0), ("sop", 0.0),
                                              ("structbert", 1.0)])
+@pytest.mark.slow
 def test_trains(name, mlm_weight):
   batch = testing.tiny_batch()
   obj = testing.build(name, "bert", mlm_weight=mlm_weight)

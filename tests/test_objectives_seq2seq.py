@@ -80,6 +80,7 @@ def _masked_runs(obj, batch) -> list[int]:
   return runs
 
 
+@pytest.mark.slow
 def test_bart_infill_lambda_is_the_papers_unless_set(batch):
   """Poisson(3) span lengths (the paper) by default; the fairseq release's
   3.5 when the config asks, which lengthens the infilled spans."""
@@ -100,5 +101,6 @@ def test_bart_rejects_bad_mixes():
 
 @pytest.mark.parametrize("name,model", [("mass", "bart"), ("bart", "bart"),
                                         ("bart", "t5")])
+@pytest.mark.slow
 def test_trains(name, model):
   testing.check(testing.build(name, model), testing.tiny_batch(), steps=25)

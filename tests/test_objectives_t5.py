@@ -101,12 +101,14 @@ def test_table_6_7_options(batch, density, mean):
   assert abs(mask.sum() / ok.sum() - density) < 0.02
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_trains(name):
   batch = testing.tiny_batch()
   testing.check(testing.build(name, "t5"), batch, steps=25)
 
 
+@pytest.mark.slow
 def test_prefix_lm_splits_each_document():
   batch = testing.tiny_batch()
   obj = testing.build("t5_prefix_lm", "t5")
@@ -144,6 +146,7 @@ def composed():
   del objectives._REGISTRY[cls.name]  # pylint: disable=protected-access
 
 
+@pytest.mark.slow
 def test_a_new_combination_is_one_line(composed, batch):
   obj = testing.build(composed.name, "t5")
   inputs = jax.jit(obj.corrupt)(batch, jax.random.key(2))

@@ -9,6 +9,7 @@ from objectives import quick_thought
 from objectives import segments
 from tests import objective_checks as testing
 from zoo.models import masks
+import pytest
 
 
 def test_unilm_modes_and_masks():
@@ -56,6 +57,7 @@ def test_unilm_rejects_bad_probs():
     raise AssertionError("accepted two mode weights")
 
 
+@pytest.mark.slow
 def test_unilm_trains():
   testing.check(testing.build("unilm", "bert"), testing.tiny_batch())
 
@@ -69,6 +71,7 @@ def test_sentence_means():
   np.testing.assert_array_equal(valid[0], [True, True, False])
 
 
+@pytest.mark.slow
 def test_quick_thought_trains():
   batch = testing.tiny_batch()
   obj = testing.build("quick_thought", "bert")

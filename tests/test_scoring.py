@@ -137,6 +137,7 @@ def _bart_reference(model, config, params, row) -> float:
   return total
 
 
+@pytest.mark.slow
 def test_sentinel_scoring_equals_the_objectives_formats():
   tokens = _tokens()
   config, model, params = _setup("t5")
@@ -182,6 +183,7 @@ def test_electra_scores_every_piece_as_original():
 
 @pytest.mark.parametrize("family,overrides", [(f, {}) for f in FAMILIES] + [
     ("t5", {"encoder_only": True}), ("electra", {"role": "generator"})])
+@pytest.mark.slow
 def test_a_score_does_not_depend_on_padding_or_batch(family, overrides):
   config, _, params = _setup(family, **overrides)
   tokens = _tokens()
@@ -226,6 +228,7 @@ def workdir(tmp_path_factory):
   return path
 
 
+@pytest.mark.slow
 def test_loaded_score_through_zoo_load(workdir):
   m = zoo.load(workdir)
   got = m.score(TEXTS, batch_size=3)
