@@ -63,8 +63,10 @@ def test_every_size_runs_a_train_step(family, size):
   params, stacked): an unrolled large size takes minutes to compile on a
   CPU, a scanned one seconds. Init and the step compile apart for the
   same reason."""
-  scan = {"scan_layers": True} if "scan_layers" in common.config_fields(
-      family) else {}
+  # ELMo's first LSTM layer differs from the rest, so its layers never
+  # scan; its few LSTM layers compile fast unrolled.
+  scans = "scan_layers" in common.config_fields(family) and family != "elmo"
+  scan = {"scan_layers": True} if scans else {}
   obj, batch = _scheme(family, size, **scan)
   params = jax.jit(obj.init)(jax.random.key(0), batch)
   new, loss = jax.jit(functools.partial(_update, obj, batch))(
