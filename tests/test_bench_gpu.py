@@ -39,6 +39,7 @@ def test_dry_run_prints_the_summary_line(tmp_path):
   assert not (tmp_path / "site").exists()
 
 
+@pytest.mark.slow
 def test_missing_package_is_named_with_the_way_to_bring_it(tmp_path):
   shadow = tmp_path / "shadow" / "ml_collections"
   shadow.mkdir(parents=True)

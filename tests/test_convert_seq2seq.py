@@ -88,6 +88,7 @@ def test_t5_v11_parity(t5_v11):
   _assert_parity(out, _reference(model, *batch), batch[1], batch[3])
 
 
+@pytest.mark.slow
 def test_t5_original_relu_tied_parity(tmp_path):
   torch.manual_seed(1)
   model = transformers.T5ForConditionalGeneration(transformers.T5Config(

@@ -8,6 +8,8 @@ import pytest
 from zoo import generate
 from zoo import models
 
+pytestmark = pytest.mark.slow  # minutes of training runs: not the quick lane
+
 V = 64
 G = 6
 

@@ -47,6 +47,7 @@ def test_bow_beats_chance_on_keywords(tokenizer):
   assert np.mean(preds == labels) > 0.9
 
 
+@pytest.mark.slow
 def test_bow_on_sms_spam(tokenizer):
   task = tasks.load("sms_spam")
   preds, labels = baselines.bow_predictions(task, tokenizer)

@@ -19,6 +19,8 @@ from configs.compare import smoke
 from zoo import checkpoint as ckpt_lib
 from zoo import loading, models, optim, sharding, train, train_lib
 
+pytestmark = pytest.mark.slow  # minutes of training runs: not the quick lane
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Four rows: the batch splits over the 2x2 (data, fsdp) shards of the mesh.
 TEXTS = ["the bank of the river was muddy", "she paid money into the bank",

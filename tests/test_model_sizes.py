@@ -45,7 +45,12 @@ def test_every_family_has_a_scheme():
   assert set(SCHEME) >= set(models.families())
 
 
-@pytest.mark.parametrize("family,size", SIZES)
+# The large sizes' traces take seconds each: the slow lane's.
+TRACED = [pytest.param(f, s, marks=pytest.mark.slow) if s == "large" else
+          (f, s) for f, s in SIZES]
+
+
+@pytest.mark.parametrize("family,size", TRACED)
 def test_every_size_traces_a_train_step(family, size):
   obj, batch = _scheme(family, size)
   params = jax.eval_shape(obj.init, jax.random.key(0), batch)

@@ -10,6 +10,7 @@ from tests import model_checks as mc
 from zoo import models
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["bert", "roberta"])
 def test_outputs_axes_and_sharded_forward(family):
   config, model = models.make(family, "tiny", adapter_dim=8)

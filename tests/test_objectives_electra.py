@@ -66,6 +66,7 @@ def test_generator_loss_at_gathered_slots_equals_full_logits():
                                rtol=2e-6, err_msg=key)
 
 
+@pytest.mark.slow
 def test_loss_is_mlm_plus_fifty_times_rtd():
   batch = testing.tiny_batch()
   obj = testing.build("electra", "electra")

@@ -34,6 +34,7 @@ def test_clm_gpt2():
   assert out["metrics"]["weight_sum"] == want
 
 
+@pytest.mark.slow
 def test_clm_never_sees_the_next_document():
   obj = testing.build("clm", "bert")  # an encoder under a causal mask
   batch = testing.tiny_batch()

@@ -120,6 +120,7 @@ def test_trains(name, mlm_weight):
     assert "mlm_loss_sum" not in m
 
 
+@pytest.mark.slow
 def test_pair_mlm_gathered_head_loss_equals_full_logits_loss():
   obj = testing.build("nsp", "bert", model_args={"dropout_rate": 0.1})
   testing.assert_gathered_loss_matches(obj, testing.tiny_batch(),

@@ -89,6 +89,7 @@ def test_quick_thought_trains():
   assert math.isfinite(out["first"])
 
 
+@pytest.mark.slow
 def test_unilm_gathered_head_loss_equals_full_logits_loss():
   obj = testing.build("unilm", "unilm", model_args={"dropout_rate": 0.1})
   testing.assert_gathered_loss_matches(obj, testing.tiny_batch())

@@ -241,6 +241,7 @@ def test_loaded_score_through_zoo_load(workdir):
   assert m.score([]).shape == (0,)
 
 
+@pytest.mark.slow
 def test_loaded_score_of_an_unscorable_family_names_it(workdir):
   m = zoo.load(workdir)
   config = models.make_config("elmo", "tiny", char_cnn=True)

@@ -218,6 +218,7 @@ def test_metrics_are_ratios_of_sums():
                  "gen_loss": 2.0, "gen_weight_sum": 4.0, "correct": 0.5}
 
 
+@pytest.mark.slow
 def test_char_cnn_elmo_pretrains_through_the_trainer(tmp_path):
   """ELMo's character CNN reads the characters of the tokenizer's pieces,
   looked up inside the step from the table `zoo.train` builds."""
