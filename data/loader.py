@@ -301,9 +301,10 @@ class PretrainLoader:
   """
 
   def __init__(self, dataset: grain.IterDataset, tokenizer, rows, seq_len,
-               process: tuple[int, int] = (0, 1)):
+               process: tuple[int, int] = (0, 1), workers: bool = False):
     self.tokenizer, self.rows, self.seq_len = tokenizer, list(rows), seq_len
     self.batch_size, self.process = len(self.rows), process
+    self.state_key = "grain" if workers else "slots"  # whose state it is
     self._it = iter(dataset)
     self.stats = collections.Counter()
     self.step = 0  # batches read
@@ -312,11 +313,10 @@ class PretrainLoader:
     return self
 
   def __next__(self) -> dict[str, np.ndarray]:
+    # `Slots` ends only between whole turns, so a batch is all or nothing.
     rows = [r for _, r in zip(range(self.batch_size), self._it)]
     if not rows:
       raise StopIteration
-    rows += [{k: np.zeros_like(v) for k, v in rows[0].items()}] * (
-        self.batch_size - len(rows))  # a worker's share ran out first
     self._count(np.sum([r["_bad"] for r in rows], axis=0))
     self.step += 1
     return {k: np.stack([r[k] for r in rows]).astype(np.int32)
@@ -338,13 +338,12 @@ class PretrainLoader:
   def get_state(self) -> dict:
     """JSON state: the streams' states (or Grain's), the bad counts and
     the batches read (`step`)."""
-    state = self._it.get_state()
-    key = "slots" if "rows" in state and "turn" in state else "grain"
-    return {key: state, "stats": dict(self.stats), "step": self.step}
+    return {self.state_key: self._it.get_state(), "stats": dict(self.stats),
+            "step": self.step}
 
   def set_state(self, state: dict) -> None:
     """Resumes exactly where `get_state` was taken."""
-    self._it.set_state(state.get("slots", state.get("grain")))
+    self._it.set_state(state[self.state_key])
     self.stats = collections.Counter(state.get("stats", {}))
     self.step = int(state.get("step", 0))
 
@@ -428,7 +427,8 @@ def pretrain_loader(cfg, *, seq_len: int, batch_size: int, seed: int,
   ds = _slots(cfg, tokenizer, split, seed, list(rows),
               batch_size * process_count, seq_len)
   return PretrainLoader(ds, tokenizer, rows, seq_len,
-                        (process_index, process_count))
+                        (process_index, process_count),
+                        workers=not isinstance(ds, Slots))
 
 
 def _slots(cfg, tokenizer, split, seed, rows, global_rows, seq_len):

@@ -55,8 +55,8 @@ from zoo import models
 CHUNK_TOKENS = 4096  # pieces per model call (rows x length)
 _BY_INTERFACE = {"decoder": "causal", "encoder": "pll",
                  "encdec": "sentinel", "lstm": "bidirectional_lm"}
-_ENCDEC = ("t5", "bart")
-_WHOLE_ROW = ("causal", "bidirectional_lm", "discriminator")  # one pass a row  # encoder-decoders whose infilling format is known
+_ENCDEC = ("t5", "bart")  # encoder-decoders whose infilling format is known
+_WHOLE_ROW = ("causal", "bidirectional_lm", "discriminator")  # one pass a row
 # Encoder families whose forward takes `logits_at` (the head runs there only).
 _LOGITS_AT = ("bert", "roberta", "albert", "distilbert", "unilm", "electra")
 
