@@ -13,7 +13,8 @@ minimal-pairs average (`zoo.harness.minimal_pairs`) and the linear probe
 is a summary: the first token count at which the minimal-pairs average
 is more than 5 points above the random init's, or "not reached".
 The learning-rate schedule decays to the end of the whole run, so a
-checkpoint is not the end of a shorter run.
+checkpoint is not the end of a shorter run. `--set key=value` changes the
+pre-training recipe (`optimizer.lr=1e-3`, `model_args.dropout_rate=0`).
 """
 
 import argparse
@@ -32,6 +33,7 @@ import data
 import data.minimal_pairs
 import data.tasks
 import objectives
+from configs import common
 from configs.compare import demo
 from zoo import loading
 from zoo.harness import cells as cells_lib
@@ -43,6 +45,8 @@ def _grid(args):
   grid = demo.grid([(args.objective, args.objective, args.model, "")],
                    tasks=args.tasks, budget=1)
   grid.pretrain.data.vocab_size = args.vocab
+  for item in args.set:
+    _override(grid.pretrain, item)
   tok = data.load_tokenizer(grid.pretrain.data)
   corpus = cells_lib.corpus_tokens(grid, tok)
   grid.budget_tokens = int(args.passes * corpus)
@@ -52,6 +56,23 @@ def _grid(args):
                                                 args.passes))
   grid.pretrain.keep_checkpoints = 1000
   return grid, tok, corpus
+
+
+def _override(config, item: str) -> None:
+  """Applies `a.b=value` to `config` (`model_args.` keys may be new)."""
+  key, sep, value = item.partition("=")
+  *path, leaf = key.split(".")
+  if not sep or not leaf:
+    raise SystemExit(f"--set {item!r}: expected key=value")
+  node = config
+  for part in path:
+    node = node[part]
+  if path == ["model_args"] and leaf not in node:
+    node[leaf] = common.typed(key, None, value)
+  elif leaf in node:
+    node[leaf] = common.typed(key, node[leaf], value)
+  else:
+    raise SystemExit(f"--set {item!r}: {key} is not a config key")
 
 
 def _views(loaded, pairs, tasks) -> dict:
@@ -75,6 +96,9 @@ def main() -> None:
   parser.add_argument("--vocab", type=int, default=demo.VOCAB)
   parser.add_argument("--tasks", nargs="+", default=["trec", "bbc_topic"])
   parser.add_argument("--workdir", default=None)
+  parser.add_argument("--set", action="append", default=[],
+                      help="a pre-training config override, key=value "
+                      "(e.g. optimizer.lr=1e-3, model_args.dropout_rate=0)")
   args = parser.parse_args()
   grid, tok, corpus = _grid(args)
   cell = cells_lib.parse_cells(grid)[0]

@@ -135,6 +135,22 @@ def test_budget_sets_steps_and_the_schedule_ends_there():
   assert config.optimizer.decay_steps == -1  # decay ends at `steps`
 
 
+def test_grid_model_args_reach_every_cell_and_a_cell_overrides_them():
+  grid = demo.get_config("tokens=100000")
+  grid.pretrain.model_args = ml_collections.ConfigDict(
+      dict(dropout_rate=0.0, attention_dropout_rate=0.0))
+  grid.cells[0]["model_args"] = dict(dropout_rate=0.2)
+  parsed = {c.name: c for c in cells.parse_cells(grid)}
+  mlm = cells.cell_config(grid, parsed["mlm"]).model_args.to_dict()
+  clm = cells.cell_config(grid, parsed["clm"]).model_args.to_dict()
+  assert mlm == dict(dropout_rate=0.2, attention_dropout_rate=0.0)
+  assert clm == dict(dropout_rate=0.0, attention_dropout_rate=0.0)
+  specials = objectives.Specials(vocab_size=4000)
+  _, config, _ = cells.backbone(grid, parsed["random_gpt2"], "/nonexistent",
+                                specials)
+  assert config.dropout_rate == 0.0
+
+
 def test_demo_budget_is_at_least_one_pass_over_the_sample():
   import data  # pylint: disable=import-outside-toplevel
   grid = demo.get_config()

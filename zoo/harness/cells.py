@@ -174,6 +174,12 @@ def budget_steps(grid) -> int:
   return max(1, -(-int(grid.budget_tokens) // per_step))
 
 
+def model_args(grid, cell: Cell) -> dict:
+  """The cell's model Config overrides: the grid's `pretrain.model_args`
+  (every cell's), then the cell's own, which win."""
+  return {**_as_dict(grid.pretrain.get("model_args")), **cell.model_args}
+
+
 def cell_config(grid, cell: Cell) -> ml_collections.ConfigDict:
   """The cell's training config: the shared `pretrain` with its scheme,
   trained for the budget's steps (the schedule's decay ends there)."""
@@ -181,7 +187,7 @@ def cell_config(grid, cell: Cell) -> ml_collections.ConfigDict:
   config.model, config.size = cell.model, cell.size
   config.objective = cell.objective or "none"
   config.objective_args = ml_collections.ConfigDict(cell.objective_args)
-  config.model_args = ml_collections.ConfigDict(cell.model_args)
+  config.model_args = ml_collections.ConfigDict(model_args(grid, cell))
   config.steps = budget_steps(grid)
   config.optimizer.decay_steps = -1
   return config
@@ -311,7 +317,7 @@ def backbone(grid, cell: Cell, celldir: str, specials):
   if ref is None:
     config = models.make_config(cell.model, cell.size,
                                 vocab_size=specials.vocab_size,
-                                **cell.model_args)
+                                **model_args(grid, cell))
     return cell.model, config, models.init_params(
         cell.model, config, jax.random.key(int(grid.pretrain.seed)))
   objective = train_lib.build_objective(cell_config(grid, ref), specials)
