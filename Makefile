@@ -40,8 +40,9 @@ data-packages: $(DSTAMP)
 data: $(STAMP) $(DSTAMP)
 	$(BIN)/python -m data.sample
 
-# The main job: the comparison harness on the demo grid (six tiny schemes,
-# three tasks, three seeds) over the embedded sample; prints the table.
+# The main job: the comparison harness on the demo grid (three tiny schemes
+# and their random-init rows, three tasks) over the embedded sample; prints
+# the table.
 demo: $(STAMP) data
 	$(BIN)/python -m zoo.compare --config configs/compare/demo.py --workdir $(DEMO_DIR)
 

@@ -3,6 +3,7 @@
 Tests run tiny models whose cost is almost all XLA compilation, so the CPU
 backend's optimisation passes are skipped (compiles ~2x faster; numerics of
 f32 ops are unchanged). Subprocesses the tests start inherit both settings.
+Compiled programs persist in `zoo.compile_cache`'s folder between runs.
 """
 
 import os
@@ -17,6 +18,12 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 import jax  # pylint: disable=wrong-import-position
 
 jax.config.update("jax_num_cpu_devices", 8)
+
+from zoo import compile_cache  # pylint: disable=wrong-import-position
+
+# A rerun of the suite reads its compiled programs from disk
+# (`ZOO_COMPILE_CACHE=0` turns that off).
+compile_cache.enable()
 
 
 @pytest.fixture(scope="session")

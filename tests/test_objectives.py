@@ -1,6 +1,7 @@
 """The scheme registry and the objective call (`objectives/__init__.py`)."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -39,3 +40,22 @@ def test_the_objective_is_the_loss_function():
   called, _ = obj(params, batch, rng)
   loss, _ = obj.loss(params, batch, rng)
   np.testing.assert_array_equal(np.asarray(called), np.asarray(loss))
+
+
+def test_token_sums_are_cross_entropy_and_argmax_accuracy():
+  logits = jax.random.normal(jax.random.key(0), (3, 5, 11)) * 4
+  targets = jax.random.randint(jax.random.key(1), (3, 5), 0, 11)
+  targets = targets.at[0].set(jnp.argmax(logits[0], -1))  # some hits
+  weights = jax.random.bernoulli(jax.random.key(2), 0.7, (3, 5))
+  got = common.token_sums(logits, targets, weights)
+  lp = np.asarray(jax.nn.log_softmax(logits, -1))
+  nll = -np.take_along_axis(lp, np.asarray(targets)[..., None], -1)[..., 0]
+  hit = np.asarray(jnp.argmax(logits, -1) == targets)
+  w = np.asarray(weights, np.float32)
+  np.testing.assert_allclose(got["loss_sum"], (nll * w).sum(), rtol=1e-5)
+  assert float(got["weight_sum"]) == w.sum()
+  assert float(got["correct_sum"]) == (hit * w).sum() >= 1
+  grad = jax.grad(lambda x: common.token_sums(x, targets, weights)[
+      "loss_sum"])(logits)
+  want = (np.exp(lp) - np.eye(11)[np.asarray(targets)]) * w[..., None]
+  np.testing.assert_allclose(grad, want, atol=1e-5)

@@ -12,13 +12,16 @@ scored by likelihood, a frozen linear probe, and few-shot fine-tuning
 ends with `DIR/results.{md,csv,json}`, `DIR/losses.png`, `DIR/views.png`
 and `DIR/finetuning.png`, and prints the table. Rerunning the command
 resumes: finished work is read back, a killed cell continues from its
-checkpoint.
+checkpoint. Compiled programs are kept on disk (`--compile_cache`, on by
+default; `zoo.compile_cache`), so a rerun also skips most compiling.
 """
 
 import os
 
 from absl import app, flags, logging
 
+from zoo import compile_cache
+from zoo import train  # defines --config, --workdir, --compile_cache
 from zoo.harness import run as harness
 
 _MULTI_HOST = ("coordinator_address", "num_processes", "process_id")
@@ -43,6 +46,8 @@ def main(argv) -> None:
         "`python -m zoo.train` and these flags instead")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # Orbax logs each save at INFO
+  if train.COMPILE_CACHE.value:
+    compile_cache.enable()
   harness.run(grid, workdir)
   with open(os.path.join(workdir, "results.md"), encoding="utf-8") as f:
     print(f.read())

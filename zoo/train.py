@@ -22,6 +22,7 @@ from ml_collections import config_flags
 from tqdm import tqdm
 
 from zoo import checkpoint as ckpt_lib
+from zoo import compile_cache
 from zoo import config as config_lib
 from zoo import distributed, optim, sharding
 from zoo import train_lib as lib
@@ -235,6 +236,9 @@ _NUM_PROCESSES = flags.DEFINE_integer(
     "num_processes", None, "Number of processes (multi-process).")
 _PROCESS_ID = flags.DEFINE_integer(
     "process_id", None, "This process's index (multi-process).")
+COMPILE_CACHE = flags.DEFINE_bool(
+    "compile_cache", True, "Keep compiled programs on disk and reuse them "
+    "(zoo.compile_cache: $ZOO_COMPILE_CACHE, else <data dir>/jax_cache).")
 
 
 def main(argv) -> None:
@@ -245,6 +249,8 @@ def main(argv) -> None:
     raise app.UsageError("--config and --workdir are required")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # Orbax logs each save at INFO
+  if COMPILE_CACHE.value:
+    compile_cache.enable()
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value,
                          _PROCESS_ID.value)
   final = train(_CONFIG.value, _WORKDIR.value)

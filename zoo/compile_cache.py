@@ -1,0 +1,62 @@
+"""The persistent compilation cache: compile a program once per machine.
+
+    from zoo import compile_cache
+    compile_cache.enable()          # <data dir>/jax_cache, or $ZOO_COMPILE_CACHE
+    compile_cache.enable("/tmp/c")  # an explicit folder
+
+The command-line tools (`zoo.train`, `zoo.compare`) call `enable()` before
+they compile anything, so a rerun of a demo, a resumed grid or a second
+run of the same config reads its compiled programs from disk instead of
+compiling them again. Every program is cached, however small or quick to
+compile: the harness's many tiny fine-tuning and scoring programs are most
+of what it compiles. The folder holds at most `MAX_BYTES` (least recently
+used programs go first) and is safe to share between processes.
+
+The folder is `$ZOO_COMPILE_CACHE` when set (`0`, `off`, `false` or `none`
+turn the cache off), else `jax_cache` under the data dir (`data.data_dir()`,
+i.e. `$ZOO_DATA_DIR` or `.data`). A cache JAX was already given
+(`JAX_COMPILATION_CACHE_DIR` or `jax.config`) is left as it is. JAX keys
+each entry by the program, the compile options, the backend and the jax
+and jaxlib versions, so a stale entry is never used for another program.
+"""
+
+import os
+
+import jax
+
+ENV = "ZOO_COMPILE_CACHE"
+# Least recently used entries are evicted past this size; the same file
+# lock then guards every read and write, so processes may share a folder.
+MAX_BYTES = 4 << 30
+_OFF = ("0", "off", "false", "none", "no")
+
+
+def folder() -> str | None:
+  """Where the cache lives by default, or None when it is turned off."""
+  value = os.environ.get(ENV, "").strip()
+  if value.lower() in _OFF:
+    return None
+  if value:
+    return value
+  import data  # pylint: disable=import-outside-toplevel
+  return str(data.data_dir() / "jax_cache")
+
+
+def enable(path: str | None = None) -> str | None:
+  """Turns the persistent cache on (at `path`, else `folder()`).
+
+  Returns:
+    The cache folder in use, or None when the cache is off.
+  """
+  current = jax.config.jax_compilation_cache_dir
+  if current and path is None:
+    return current
+  path = path or folder()
+  if path is None:
+    return None
+  os.makedirs(path, exist_ok=True)
+  jax.config.update("jax_compilation_cache_dir", path)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+  jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+  return path
