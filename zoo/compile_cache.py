@@ -9,8 +9,11 @@ they compile anything, so a rerun of a demo, a resumed grid or a second
 run of the same config reads its compiled programs from disk instead of
 compiling them again. Every program is cached, however small or quick to
 compile: the harness's many tiny fine-tuning and scoring programs are most
-of what it compiles. The folder holds at most `MAX_BYTES` (least recently
-used programs go first) and is safe to share between processes.
+of what it compiles. The folder is not size-capped: JAX's cap rescans the
+whole folder on every write, which made a cold test run 70% slower; the
+demo and the test suite leave a few tens of MB there. Processes may share
+it: an entry another process is still writing reads as a miss (JAX
+compiles afresh on an unreadable entry).
 
 The folder is `$ZOO_COMPILE_CACHE` when set (`0`, `off`, `false` or `none`
 turn the cache off), else `jax_cache` under the data dir (`data.data_dir()`,
@@ -25,9 +28,6 @@ import os
 import jax
 
 ENV = "ZOO_COMPILE_CACHE"
-# Least recently used entries are evicted past this size; the same file
-# lock then guards every read and write, so processes may share a folder.
-MAX_BYTES = 4 << 30
 _OFF = ("0", "off", "false", "none", "no")
 
 
@@ -58,5 +58,4 @@ def enable(path: str | None = None) -> str | None:
   jax.config.update("jax_compilation_cache_dir", path)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-  jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
   return path
