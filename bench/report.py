@@ -16,7 +16,6 @@ import json
 import pathlib
 import sys
 
-START, END = "<!-- perf:start -->", "<!-- perf:end -->"
 TAG = "BENCH_JSON"
 
 
@@ -116,13 +115,15 @@ def section(records: list[dict]) -> str:
   return "\n".join(lines).rstrip() + "\n"
 
 
-def replace_section(text: str, body: str) -> str:
-  """`text` with the body between the perf markers replaced."""
-  if text.count(START) != 1 or text.count(END) != 1:
-    raise ValueError(f"the README needs exactly one {START} and one {END}")
-  head, rest = text.split(START)
-  _, tail = rest.split(END)
-  return f"{head}{START}\n{body}{END}{tail}"
+def replace_section(text: str, body: str, block: str = "perf") -> str:
+  """`text` with the body between the `<!-- block:start/end -->` markers
+  replaced."""
+  start, end = f"<!-- {block}:start -->", f"<!-- {block}:end -->"
+  if text.count(start) != 1 or text.count(end) != 1:
+    raise ValueError(f"the README needs exactly one {start} and one {end}")
+  head, rest = text.split(start)
+  _, tail = rest.split(end)
+  return f"{head}{start}\n{body}{end}{tail}"
 
 
 def main(argv=None):

@@ -34,7 +34,11 @@ def tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 def finish(c: ml_collections.ConfigDict, arg: str | None
            ) -> ml_collections.ConfigDict:
-  """Applies an argument string: `tiny` or `size=...`, then `key=value`s."""
+  """Applies an argument string: `tiny` or `size=...`, then `key=value`s.
+
+  `model_args.FIELD=value` sets a field of the model family's Config
+  (e.g. `size=large,model_args.scan_layers=true`), typed as its default.
+  """
   args = parse_arg(arg)
   size = args.pop("size", None)
   if size == "tiny":
@@ -42,6 +46,10 @@ def finish(c: ml_collections.ConfigDict, arg: str | None
   elif size:
     c.size = size
   for key, value in args.items():
+    if key.startswith("model_args."):
+      field = key.split(".", 1)[1]
+      c.model_args[field] = typed(key, _model_default(c.model, field), value)
+      continue
     if key not in c:
       raise ValueError(f"config argument {key!r} is not a config key")
     c[key] = typed(key, c[key], value)
@@ -97,3 +105,15 @@ def _guess(text: str):
     except ValueError:
       pass
   return text
+
+
+def _model_default(family: str, field: str):
+  """The default of a model family's Config field (an error names it)."""
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  from zoo import models  # pylint: disable=import-outside-toplevel
+  fields = {f.name: f.default for f in dataclasses.fields(
+      models.get(family).Config)}
+  if field not in fields:
+    raise ValueError(f"model_args.{field} is not a field of {family}'s "
+                     f"Config; fields: {sorted(fields)}")
+  return fields[field]

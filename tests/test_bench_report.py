@@ -47,7 +47,7 @@ def _log(tmp_path):
 
 def test_section_replaces_only_between_markers(tmp_path):
   readme = tmp_path / "README.md"
-  readme.write_text(f"# Title\n\n{report.START}\nold\n{report.END}\n"
+  readme.write_text("# Title\n\n<!-- perf:start -->\nold\n<!-- perf:end -->\n"
                     "after\n")
   report.main([str(_log(tmp_path)), "--readme", str(readme)])
   text = readme.read_text()

@@ -41,3 +41,15 @@ def test_none_fields_take_none_or_a_number():
 def test_unknown_key_is_refused():
   with pytest.raises(ValueError, match="not a config key"):
     _config("no_such_key=1")
+
+
+def test_model_args_take_the_type_of_the_family_field():
+  c = _config("tiny,model_args.num_layers=4,model_args.scan_layers=yes,"
+              "model_args.dropout_rate=0")
+  assert dict(c.model_args) == {"num_layers": 4, "scan_layers": True,
+                                "dropout_rate": 0.0}
+  assert isinstance(c.model_args.dropout_rate, float)
+  with pytest.raises(ValueError, match="model_args.scan_layers"):
+    _config("model_args.scan_layers=maybe")
+  with pytest.raises(ValueError, match="not a field of bert's Config"):
+    _config("model_args.no_such_field=1")

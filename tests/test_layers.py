@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers.models.t5 import modeling_t5
 
+from zoo import models
 from zoo.convert import common
 from zoo.models import blocks
 from zoo.models import layers
@@ -176,10 +177,11 @@ def test_scan_stack_equals_unrolled_with_restacked_params():
 
 
 @pytest.mark.slow
-def test_remat_keeps_gradients_and_dropout_changes_output():
+@pytest.mark.parametrize("policy", [True, "full", "dots"])
+def test_remat_keeps_gradients_and_dropout_changes_output(policy):
   x, mask = _stack_inputs()
   rngs = {"dropout": jax.random.key(5)}
-  plain, remat = blocks.Stack(CFG, 2), blocks.Stack(CFG, 2, remat=True)
+  plain, remat = blocks.Stack(CFG, 2), blocks.Stack(CFG, 2, remat=policy)
   p = jax.jit(plain.init)(KEY, x, mask)
 
   def run(module, params, deterministic=False):
@@ -196,6 +198,21 @@ def test_remat_keeps_gradients_and_dropout_changes_output():
   g1, g2, det, drop = everything(p)
   chex.assert_trees_all_close(g1, g2, atol=1e-5)
   assert np.abs(det - drop).max() > 1e-4
+
+
+def test_remat_policies_are_named():
+  assert [blocks.remat_policy(v) for v in (False, True, "dots")] == [
+      "none", "full", "dots"]
+  with pytest.raises(ValueError, match="remat must be one of"):
+    blocks.remat_policy("some")
+
+
+def test_deep_stacks_scan_unless_told():
+  assert not models.make_config("bert", "small").scan_layers   # 4 layers
+  assert models.make_config("bert", "base").scan_layers        # 12
+  assert not models.make_config("bert", "base",
+                                scan_layers=False).scan_layers
+  assert not models.make_config("albert", "base").scan_layers  # shared
 
 
 def test_shared_stack_and_cross_attention_block():

@@ -19,8 +19,7 @@ from tests import objective_checks as testing
 from zoo import models
 
 # The family's own scheme: its paper's (the family grid's choice).
-SCHEME = {f: s for s, f in reversed(family_grid.PREFERRED.items())}
-SCHEME.update(t5="t5_span", roberta="mlm", distilbert="mlm")
+SCHEME = family_grid.FAMILY_SCHEME
 SIZES = [(f, s) for f in models.families() for s in models.get(f).SIZES]
 SPECIALS = objectives.Specials(vocab_size=8000)
 

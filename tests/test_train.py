@@ -17,6 +17,7 @@ from zoo import checkpoint, optim, sharding  # pylint: disable=wrong-import-posi
 from zoo import config as config_lib  # pylint: disable=wrong-import-position
 from zoo import train, train_lib as lib  # pylint: disable=wrong-import-position
 from zoo.metrics_log import read_metrics  # pylint: disable=wrong-import-position
+from zoo.plan import chips, flops  # pylint: disable=wrong-import-position
 
 # The toy's logical axes under DEFAULT_RULES on a (data, fsdp, tensor) mesh.
 EXPECTED = {"table": P("tensor", "fsdp"), "w_in": P("fsdp", "tensor"),
@@ -235,3 +236,32 @@ def test_char_cnn_elmo_pretrains_through_the_trainer(tmp_path):
   with pytest.raises(ValueError, match="has no tokenizer"):
     config.data.source = "synthetic"
     train.train(config, str(tmp_path / "synthetic"))
+
+
+def test_logs_tokens_per_chip_and_mfu_where_the_chip_is_known(tmp_path,
+                                                               monkeypatch):
+  config = toy.get_config("steps=4")
+  config.log_every = 2
+  train.train(config, str(tmp_path / "cpu"))
+  rows = read_metrics(str(tmp_path / "cpu"))
+  for r in rows:  # a CPU has no published peak: no MFU
+    assert r["tokens_per_s_per_chip"] == pytest.approx(
+        r["tokens_per_s"] / jax.device_count())
+    assert "mfu" not in r
+  fake = chips.Chip("fake", peak_flops=1e9, hbm_bytes=1, hbm_bw=1, ici_bw=1,
+                    dcn_bw=1)
+  monkeypatch.setattr(train.chips_lib, "of_device", lambda device: fake)
+  train.train(config, str(tmp_path / "known"))
+  rows = read_metrics(str(tmp_path / "known"))
+  tokens = int(config.batch_size) * int(config.seq_len)
+  # MFU = step FLOPs x steps/s / (chips x peak), with the step's matmul
+  # FLOPs counted from its jaxpr.
+  loader, setup, step = _pieces(config, sharding.make_mesh(config.mesh))
+  batch = lib.global_batch(next(loader), setup.batch_sharding,
+                           int(config.batch_size))
+  state = setup.init(lib.init_rng(0))
+  expected = flops.count(step.trace(state, batch).jaxpr)
+  assert expected > 0
+  implied = [r["mfu"] * jax.device_count() * 1e9 * tokens / r["tokens_per_s"]
+             for r in rows]
+  np.testing.assert_allclose(implied, expected, rtol=1e-6)

@@ -23,9 +23,12 @@ each entry by the program, the compile options, the backend and the jax
 and jaxlib versions, so a stale entry is never used for another program.
 """
 
+import contextlib
 import os
+from typing import Iterator
 
 import jax
+from jax.experimental.compilation_cache import compilation_cache as cc
 
 ENV = "ZOO_COMPILE_CACHE"
 _OFF = ("0", "off", "false", "none", "no")
@@ -59,3 +62,17 @@ def enable(path: str | None = None) -> str | None:
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
   return path
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+  """No persistent cache inside: for programs compiled for other devices
+  (`zoo.plan`'s TPU executables cannot be loaded back on this host)."""
+  enabled = jax.config.jax_enable_compilation_cache
+  jax.config.update("jax_enable_compilation_cache", False)
+  cc.reset_cache()  # JAX decides once whether to use the cache: ask again
+  try:
+    yield
+  finally:
+    jax.config.update("jax_enable_compilation_cache", enabled)
+    cc.reset_cache()

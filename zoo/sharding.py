@@ -19,6 +19,7 @@ from typing import Any, Iterator, Sequence
 
 import flax.linen as nn
 import jax
+from jax.experimental import mesh_utils
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
@@ -110,7 +111,8 @@ def make_mesh(mesh_cfg, devices: Sequence[jax.Device] | None = None
     devices: defaults to `jax.devices()`.
 
   Returns:
-    A Mesh with Auto axis types, axes in the order of `MESH_AXES`.
+    A Mesh with Auto axis types, axes in the order of `MESH_AXES`. Devices
+    of several slices (multi-slice TPU) put `data` across the slices.
 
   Raises:
     ValueError: on an unknown axis name, a bad size, or sizes whose product
@@ -138,8 +140,34 @@ def make_mesh(mesh_cfg, devices: Sequence[jax.Device] | None = None
         f"mesh {dict(zip(MESH_AXES, sizes))} has {math.prod(sizes)} devices "
         f"but there are {len(devices)}; use -1 for one axis to take the rest")
   auto = (jax.sharding.AxisType.Auto,) * len(MESH_AXES)
-  return jax.make_mesh(tuple(sizes), MESH_AXES, axis_types=auto,
-                       devices=devices)
+  slices = len({getattr(d, "slice_index", 0) or 0 for d in devices})
+  if slices > 1:
+    return jax.sharding.Mesh(_multi_slice(sizes, slices, devices),
+                             MESH_AXES, axis_types=auto)
+  try:
+    return jax.make_mesh(tuple(sizes), MESH_AXES, axis_types=auto,
+                         devices=devices)
+  except (ValueError, NotImplementedError):
+    # A TPU axis size that is no product of physical axes (fsdp 8 on a
+    # 4x4x4 slice): split a physical axis between two mesh axes.
+    grid = mesh_utils.create_device_mesh(tuple(sizes), devices,
+                                         allow_split_physical_axes=True)
+    return jax.sharding.Mesh(grid, MESH_AXES, axis_types=auto)
+
+
+def _multi_slice(sizes: list[int], slices: int, devices) -> np.ndarray:
+  """The device array of a mesh over several slices: `data` spans them
+  (its gradient all-reduce is the only traffic over the data-center
+  network); `fsdp` and `tensor` stay inside a slice, on its ICI."""
+  if sizes[0] % slices:
+    raise ValueError(
+        f"mesh {dict(zip(MESH_AXES, sizes))} spans {slices} slices, so its "
+        f"data axis ({sizes[0]}) must be a multiple of {slices}: only data "
+        "parallelism crosses slices")
+  ici = (sizes[0] // slices,) + tuple(sizes[1:])
+  dcn = (slices,) + (1,) * (len(sizes) - 1)
+  return mesh_utils.create_hybrid_device_mesh(ici, dcn, devices,
+                                              allow_split_physical_axes=True)
 
 
 def mesh_axes_for(names: Sequence[str | None], rules, shape=None,

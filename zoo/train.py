@@ -27,38 +27,12 @@ from zoo import config as config_lib
 from zoo import distributed, optim, sharding
 from zoo import train_lib as lib
 from zoo.metrics_log import MetricsLog, summarize
+from zoo.plan import chips as chips_lib
+from zoo.plan import flops
 
-
-def check_config(config, mesh) -> None:
-  """Raises ValueError on batch sizes the mesh cannot split."""
-  rows, micro = int(config.batch_size), int(config.microbatches)
-  procs = jax.process_count()
-  shards = sharding.batch_divisor(mesh, config.rules)
-  if micro < 1 or rows % micro:
-    raise ValueError(f"batch_size {rows} is not divisible by microbatches "
-                     f"{micro}")
-  if rows % procs:
-    raise ValueError(f"batch_size {rows} is not divisible by the "
-                     f"{procs} processes")
-  if (rows // micro) % shards:
-    raise ValueError(
-        f"microbatch of {rows // micro} rows (batch_size {rows} / "
-        f"microbatches {micro}) is not divisible by the {shards} batch "
-        f"shards of mesh {dict(mesh.shape)}")
-  shared = sharding.shared_batch_shards(mesh, config.rules)
-  if shared:
-    shard, owners = shared[0]
-    raise ValueError(
-        f"mesh {dict(mesh.shape)}: batch shard {shard} is held by devices "
-        f"of processes {owners}, which would each feed it different rows; "
-        "put the axes that cross processes on the batch (data, fsdp) and "
-        "keep tensor within a process")
-  held = len(sharding.process_rows(mesh, config.rules, rows))
-  if held * procs != rows:
-    raise ValueError(
-        f"mesh {dict(mesh.shape)}: this process's devices hold {held} of "
-        f"the {rows} rows of each batch, not an equal share of {procs} "
-        "processes")
+# Wall-clock figures of the train log: they differ between two runs of the
+# same config (and between a run and its resumption).
+SPEED_KEYS = ("tokens_per_s", "tokens_per_s_per_chip", "mfu")
 
 
 class _Run:
@@ -67,7 +41,7 @@ class _Run:
   def __init__(self, config, workdir: str):
     self.config, self.workdir = config, workdir
     self.mesh = sharding.make_mesh(config.mesh)
-    check_config(config, self.mesh)
+    lib.check_config(config, self.mesh)
     self.rows = int(config.batch_size)
     self.local_rows = self.rows // jax.process_count()
     self.feeds = sharding.process_rows(self.mesh, config.rules, self.rows)
@@ -87,6 +61,7 @@ class _Run:
         workdir, keep=int(config.keep_checkpoints))
     self.log = MetricsLog(workdir, enabled=distributed.is_main())
     self.valid = self.valid_start = None
+    self.flops = None  # matmul FLOPs of one step, counted at the first one
 
   def start(self):
     """The restored state and step, or a fresh sharded init at 0."""
@@ -160,6 +135,8 @@ class _Run:
     while step < steps:
       batch = lib.global_batch(next(self.loader), self.setup.batch_sharding,
                                self.rows)
+      if self.flops is None:  # the step's matmul FLOPs, from its jaxpr
+        self.flops = flops.count(self.train_step.trace(state, batch).jaxpr)
       state, metrics = self.train_step(state, batch)
       acc = metrics if acc is None else lib.add_metrics(acc, metrics)
       step += 1
@@ -168,8 +145,7 @@ class _Run:
         self.check_finite(state)
         scalars = summarize(jax.device_get(acc))
         now = time.time()
-        scalars["tokens_per_s"] = ((step - mark[1]) * self.rows
-                                   * int(config.seq_len) / (now - mark[0]))
+        scalars.update(self.speed(step - mark[1], now - mark[0]))
         acc, mark = None, (now, step)
         self.log.write(step, "train", scalars)
         bar.set_postfix(loss=f"{scalars['loss']:.4f}",
@@ -184,6 +160,17 @@ class _Run:
         self.save(state, step)
     bar.close()
     return final
+
+  def speed(self, steps: int, seconds: float) -> dict[str, float]:
+    """Throughput of `steps` steps in `seconds`: tokens/s overall and per
+    chip, and MFU where the chip's peak is known (`zoo.plan.chips`)."""
+    tokens = steps * self.rows * int(self.config.seq_len) / seconds
+    chips = jax.device_count()
+    out = {"tokens_per_s": tokens, "tokens_per_s_per_chip": tokens / chips}
+    chip = chips_lib.of_device(jax.devices()[0])
+    if chip is not None and self.flops:
+      out["mfu"] = self.flops * steps / seconds / (chips * chip.peak_flops)
+    return out
 
   def close(self) -> None:
     """Waits for pending checkpoints and closes the writers."""
@@ -203,7 +190,8 @@ def train(config, workdir: str) -> dict[str, float]:
 
   Returns:
     The last logged train scalars (`loss`, `grad_norm`, `lr`,
-    `tokens_per_s`, the objective's ratios), `eval_*` ones, and `step`.
+    `tokens_per_s`, `tokens_per_s_per_chip`, `mfu` on chips with a known
+    peak, the objective's ratios), `eval_*` ones, and `step`.
 
   Raises:
     FloatingPointError: a non-finite loss, unless `skip_nonfinite`.

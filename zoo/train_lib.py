@@ -24,6 +24,7 @@ from zoo import accumulate
 from zoo import config as config_lib
 from zoo import distributed
 from zoo import models
+from zoo import precision
 from zoo import sharding
 
 
@@ -65,6 +66,45 @@ def build_loader(config, split: str, batch_size: int, seed: int,
   return data.pretrain_loader(config.data, split=split, **kwargs)
 
 
+def check_config(config, mesh, processes: int | None = None) -> None:
+  """Raises ValueError on batch sizes the mesh cannot split.
+
+  `processes` is the host count of a mesh planned for other hosts
+  (`zoo.plan`); by default this run's processes, whose own share of the
+  batch is checked too.
+  """
+  rows, micro = int(config.batch_size), int(config.microbatches)
+  procs = jax.process_count() if processes is None else processes
+  shards = sharding.batch_divisor(mesh, config.rules)
+  if micro < 1 or rows % micro:
+    raise ValueError(f"batch_size {rows} is not divisible by microbatches "
+                     f"{micro}")
+  if rows % procs:
+    raise ValueError(f"batch_size {rows} is not divisible by the "
+                     f"{procs} processes")
+  if (rows // micro) % shards:
+    raise ValueError(
+        f"microbatch of {rows // micro} rows (batch_size {rows} / "
+        f"microbatches {micro}) is not divisible by the {shards} batch "
+        f"shards of mesh {dict(mesh.shape)}")
+  shared = sharding.shared_batch_shards(mesh, config.rules)
+  if shared:
+    shard, owners = shared[0]
+    raise ValueError(
+        f"mesh {dict(mesh.shape)}: batch shard {shard} is held by devices "
+        f"of processes {owners}, which would each feed it different rows; "
+        "put the axes that cross processes on the batch (data, fsdp) and "
+        "keep tensor within a process")
+  if processes is not None:
+    return
+  held = len(sharding.process_rows(mesh, config.rules, rows))
+  if held * procs != rows:
+    raise ValueError(
+        f"mesh {dict(mesh.shape)}: this process's devices hold {held} of "
+        f"the {rows} rows of each batch, not an equal share of {procs} "
+        "processes")
+
+
 def specials_of(config, loader) -> objectives.Specials:
   """The special token ids: the loader's tokenizer's, else defaults."""
   tokenizer = getattr(loader, "tokenizer", None)
@@ -74,15 +114,18 @@ def specials_of(config, loader) -> objectives.Specials:
   return objectives.Specials(vocab_size=int(config.data.vocab_size))
 
 
-def build_objective(config, specials: objectives.Specials, tokenizer=None):
+def build_objective(config, specials: objectives.Specials, tokenizer=None,
+                    platform: str | None = None):
   """The objective the config names, bound to its model and size.
 
-  A character-CNN ELMo also gets the character table of `tokenizer`'s
-  pieces (required then).
+  The compute dtype follows `zoo.precision`'s policy for `platform` (the
+  backend the step compiles for; default jax's) unless
+  `model_args.dtype` sets it. A character-CNN ELMo also gets the character
+  table of `tokenizer`'s pieces (required then).
   """
   config = config_lib.complete(config)
   options = dict(config.objective_args)
-  model_args = dict(config.model_args)
+  model_args = precision.resolve(dict(config.model_args), platform)
   if model_args:
     options["model_args"] = model_args
   if model_args.get("char_cnn"):

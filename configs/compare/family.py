@@ -21,6 +21,10 @@ PREFERRED = {
 }
 FALLBACK = ("bert", "gpt2", "t5", "bart", "electra", "elmo", "unilm",
             "albert")
+# Each model family's own scheme: its paper's (the first PREFERRED entry
+# naming it), T5's span corruption, MLM for RoBERTa and DistilBERT.
+FAMILY_SCHEME = {f: s for s, f in reversed(PREFERRED.items())}
+FAMILY_SCHEME.update(t5="t5_span", roberta="mlm", distilbert="mlm")
 
 
 def family_of(name: str) -> str:

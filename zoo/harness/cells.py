@@ -289,8 +289,8 @@ def pretrain(grid, cell: Cell, celldir: str, tokenizer) -> dict[str, Any]:
     rows = read_metrics(celldir, "train")
     final = rows[-1] if rows else final
   record = {k: float(v) for k, v in final.items()
-            if isinstance(v, (int, float)) and k not in ("tokens_per_s",
-                                                         "time")}
+            if isinstance(v, (int, float))
+            and k not in train_mod.SPEED_KEYS + ("time",)}
   tokens = int(config.steps) * int(config.batch_size) * int(config.seq_len)
   corpus = corpus_tokens(grid, tokenizer)
   record.update(tokens=float(tokens), seconds=time.time() - start,

@@ -58,8 +58,18 @@ def interface_of(family: str, config) -> str:
   return mod.INTERFACE
 
 
+# Stacks this deep run their layers as one scan unless `scan_layers` is
+# set: one layer's program to compile instead of L (an unrolled 24-layer
+# step compiles for minutes), the same params stacked on a `layers` axis.
+SCAN_FROM_LAYERS = 12
+
+
 def make_config(family: str, size: str = "tiny", **overrides):
-  """The `Config` of `family` at a named size, with field overrides."""
+  """The `Config` of `family` at a named size, with field overrides.
+
+  Stacks of `SCAN_FROM_LAYERS` or more layers scan them unless the
+  overrides set `scan_layers`.
+  """
   mod = get(family)
   sizes = getattr(mod, "SIZES", {})
   if size not in sizes:
@@ -74,7 +84,12 @@ def make_config(family: str, size: str = "tiny", **overrides):
   family_defaults = getattr(mod, "FAMILY_DEFAULTS", {}).get(family, {})
   kwargs.update(family_defaults)
   kwargs.update(overrides)
-  return mod.Config(**kwargs)
+  config = mod.Config(**kwargs)
+  if ("scan_layers" in fields and "scan_layers" not in overrides
+      and family not in ("elmo", "albert")  # unscannable, shared
+      and getattr(config, "num_layers", 0) >= SCAN_FROM_LAYERS):
+    config = dataclasses.replace(config, scan_layers=True)
+  return config
 
 
 def make(family: str, size: str = "tiny", **overrides):

@@ -35,7 +35,7 @@ class Config:
   attention_dropout_rate: float = 0.0  # on attention probabilities
   mlp_dropout_rate: float = 0.0  # on the MLP hidden activations
   scan_layers: bool = False  # one nn.scan over each stack's layers
-  remat: bool = False  # recompute each block in the backward pass
+  remat: str = "none"  # backward recomputation: blocks.REMAT (or a bool)
   adapter_dim: int = 0  # >0: bottleneck adapters in every block
   num_layers: int = 6  # L of the encoder
   num_decoder_layers: int = 0  # L of the decoder; 0 = num_layers

@@ -35,7 +35,7 @@ class Config:
   dropout_rate: float = 0.1  # on embeddings and every sub-layer output
   attention_dropout_rate: float = 0.1  # on attention probabilities
   scan_layers: bool = False  # one nn.scan over the layers
-  remat: bool = False  # recompute each block in the backward pass
+  remat: str = "none"  # backward recomputation: blocks.REMAT (or a bool)
   adapter_dim: int = 0  # >0: bottleneck adapters in every block
   num_layers: int = 12  # L
   embed_dim: int = 768  # D
@@ -81,11 +81,12 @@ FAMILY_DEFAULTS = {
 
 
 def encoder_mask(tokens: Array, pad_id: int, segment_ids: Array | None,
-                 mask: Array | None) -> Array:
-  """The [B, T, T] bool self-attention mask of an encoder
-  (`masks.document_mask` of `masks.real_segments`)."""
-  return masks.document_mask(masks.real_segments(tokens, pad_id, segment_ids),
-                             mask)
+                 mask: Array | None):
+  """The self-attention mask of an encoder over `masks.real_segments`:
+  `masks.Segmented` (which fused kernels read), or a [B, T, T] bool array
+  when an extra `mask` is AND-ed in (`masks.self_attention`)."""
+  return masks.self_attention(
+      masks.real_segments(tokens, pad_id, segment_ids), extra=mask)
 
 
 def gather_positions(x: Array, at: Array | None) -> Array:

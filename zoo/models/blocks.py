@@ -25,6 +25,33 @@ from zoo.models.barrier import grad_barrier
 Array = jax.Array
 ACTIVATION_AXES = ("batch", "length", "embed")
 
+# Rematerialisation policies of a Config's `remat`: what the backward pass
+# keeps of each block's forward ("none": everything, no recomputation;
+# "dots": the matmul outputs without a batch dimension, i.e. recompute the
+# elementwise work; "full": only the block's input, recompute it all).
+# True and False stand for "full" and "none".
+REMAT = ("none", "dots", "full")
+
+
+def remat_policy(value) -> str:
+  """A Config's `remat` (a name of REMAT, or a bool) as a REMAT name."""
+  if isinstance(value, bool):
+    return "full" if value else "none"
+  if value not in REMAT:
+    raise ValueError(f"remat must be one of {REMAT} (or a bool), got "
+                     f"{value!r}")
+  return value
+
+
+def rematted(block_cls, value):
+  """`block_cls`, recomputed in the backward pass as `value` says."""
+  name = remat_policy(value)
+  if name == "none":
+    return block_cls
+  policy = (jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+            if name == "dots" else None)
+  return nn.remat(block_cls, static_argnums=(7,), policy=policy)
+
 
 @dataclasses.dataclass(frozen=True)
 class BlockConfig:
@@ -116,11 +143,11 @@ class _ScanBody(nn.Module):
   """Block as a scan body: carry in, (carry, per-layer output) out."""
   config: BlockConfig
   deterministic: bool
-  remat: bool
+  remat: bool | str
 
   @nn.compact
   def __call__(self, x, mask, bias, encoded, cross_mask, cross_bias):
-    block = nn.remat(Block, static_argnums=(7,)) if self.remat else Block
+    block = rematted(Block, self.remat)
     y = block(self.config, name="block")(x, mask, bias, encoded, cross_mask,
                                          cross_bias, self.deterministic)
     y = nn.with_logical_constraint(y, ACTIVATION_AXES)
@@ -134,13 +161,13 @@ class Stack(nn.Module):
     config: the `BlockConfig` of every layer.
     num_layers: L.
     scan: one `nn.scan` over layers (params stacked on axis 0, `layers`).
-    remat: rematerialise each block in the backward pass.
+    remat: what the backward pass recomputes of each block (`REMAT`).
     shared: one block's params applied L times (ALBERT).
   """
   config: BlockConfig
   num_layers: int
   scan: bool = False
-  remat: bool = False
+  remat: bool | str = "none"
   shared: bool = False
 
   @nn.compact
@@ -157,7 +184,7 @@ class Stack(nn.Module):
     x = nn.with_logical_constraint(x, ACTIVATION_AXES)
     if self.scan and not self.shared:
       return self._scanned(x, args, deterministic)
-    block_cls = nn.remat(Block, static_argnums=(7,)) if self.remat else Block
+    block_cls = rematted(Block, self.remat)
     shared = block_cls(self.config, name="layer") if self.shared else None
     outs = []
     for i in range(self.num_layers):

@@ -16,6 +16,7 @@ import jax
 from zoo.models import bert
 from zoo.models import blocks
 from zoo.models import layers
+from zoo.models import masks
 
 Array = jax.Array
 INTERFACE = "decoder"
@@ -30,7 +31,7 @@ class Config:
   dropout_rate: float = 0.1  # on embeddings and every sub-layer output
   attention_dropout_rate: float = 0.1  # on attention probabilities
   scan_layers: bool = False  # one nn.scan over the layers
-  remat: bool = False  # recompute each block in the backward pass
+  remat: str = "none"  # backward recomputation: blocks.REMAT (or a bool)
   adapter_dim: int = 0  # >0: bottleneck adapters in every block
   num_layers: int = 12  # L
   embed_dim: int = 768  # D
@@ -114,10 +115,12 @@ class Model(nn.Module):
       float32.
     """
     c = self.config
-    order = (layers.causal_mask(tokens.shape[1]) if prefix is None
-             else layers.prefix_lm_mask(prefix))
-    attn_mask = layers.combine_masks(
-        bert.encoder_mask(tokens, c.pad_id, segment_ids, mask), order)
+    segments = masks.real_segments(tokens, c.pad_id, segment_ids)
+    if prefix is None:
+      attn_mask = masks.self_attention(segments, causal=True, extra=mask)
+    else:
+      attn_mask = masks.self_attention(segments, extra=layers.combine_masks(
+          mask, layers.prefix_lm_mask(prefix)))
     pos = layers.arange_positions(tokens, positions)
     x = self.dropout(self.token(tokens) + self.position(pos),
                      deterministic=deterministic)

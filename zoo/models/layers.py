@@ -32,6 +32,8 @@ from zoo.models.masks import (  # pylint: disable=unused-import
 # Every model's dropout: a counter-hash mask, far cheaper than threefry.
 from zoo.models.dropout import Dropout  # pylint: disable=unused-import
 from zoo.models.barrier import grad_barrier
+from zoo.models import masks as masks_lib
+from zoo.models import splash
 
 Array = jax.Array
 Initializer = Callable[..., Array]
@@ -266,7 +268,7 @@ def _dense_attention(q, k, v, mask, bias, scale, dtype, dropout):
   return einsum("bnts,bsnh->btnh", probs, v, dtype)
 
 
-def attention(q: Array, k: Array, v: Array, *, mask: Array | None = None,
+def attention(q: Array, k: Array, v: Array, *, mask=None,
               bias: Array | None = None, scale: float | None = None,
               dtype: str = "float32", impl: str = "auto",
               dropout: Callable[[Array], Array] | None = None) -> Array:
@@ -276,13 +278,16 @@ def attention(q: Array, k: Array, v: Array, *, mask: Array | None = None,
     q: [B, T, N, H] queries.
     k: [B, S, N, H] keys.
     v: [B, S, N, H] values.
-    mask: bool, True = may attend; [B|1, T, S] or [B|1, N|1, T, S].
+    mask: bool, True = may attend; [B|1, T, S] or [B|1, N|1, T, S], or a
+      `masks.Segmented` self-attention mask (which fused kernels can read).
     bias: float added to the logits, broadcastable to [B, N, T, S].
     scale: logit scale; None = 1 / sqrt(H).
     dtype: compute dtype name; logits and softmax are float32 either way.
     impl: "einsum" (exact, supports dropout), "xla" or "cudnn"
-      (`jax.nn.dot_product_attention`), or "auto": cuDNN flash attention on
-      GPU in bfloat16, else einsum.
+      (`jax.nn.dot_product_attention`), "splash" (the TPU kernel of
+      `zoo.models.splash`; a `Segmented` mask, no bias, no dropout, T a
+      multiple of 128), or "auto": splash on TPU where it applies, cuDNN
+      flash attention on GPU in bfloat16, else einsum.
     dropout: applied to the attention probabilities (forces "einsum").
 
   Returns:
@@ -290,14 +295,22 @@ def attention(q: Array, k: Array, v: Array, *, mask: Array | None = None,
   """
   cdtype = compute_dtype(dtype)
   scale = q.shape[-1] ** -0.5 if scale is None else scale
+  segmented = mask if isinstance(mask, masks_lib.Segmented) else None
+  mask = segmented.dense if segmented is not None else mask
   if mask is not None and mask.ndim == 3:
     mask = mask[:, None]
-  if impl not in ("auto", "einsum", "xla", "cudnn"):
+  if impl not in ("auto", "einsum", "xla", "cudnn", "splash"):
     raise ValueError(f"unknown attention impl {impl!r}")
+  fits = splash.applies(q.shape[1], k.shape[1], segmented, bias, dropout)
   auto = impl == "auto"
   if auto:
-    on_gpu = jax.default_backend() == "gpu"
-    impl = "cudnn" if on_gpu and cdtype == jnp.bfloat16 else "einsum"
+    impl = splash.auto_impl(cdtype == jnp.bfloat16, fits)
+  if impl == "splash":
+    if not fits:
+      raise ValueError("splash attention needs a Segmented self-attention "
+                       "mask, no bias, no attention dropout and a length "
+                       f"that is a multiple of {splash.BLOCK}")
+    return splash.attention(q, k, v, segmented, scale, cdtype)
   if impl == "einsum" or dropout is not None:
     return _dense_attention(q, k, v, mask, bias, scale, cdtype, dropout)
   try:

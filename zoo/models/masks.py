@@ -6,10 +6,40 @@ sequence-to-sequence, arbitrary) is one of these or their AND
 (`combine_masks`). `zoo.models.layers` re-exports them all.
 """
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 
 Array = jax.Array
+
+
+@flax.struct.dataclass
+class Segmented:
+  """A self-attention mask with the structure a fused kernel reads.
+
+  `dense` is the mask ([B, T, T] bool, what the einsum path applies);
+  `segments` ([B, T] int, 0 = padding) and `causal` (static) say the same:
+  a query sees the non-padding keys of its document, up to itself when
+  causal. `layers.attention` takes either this or a plain array.
+  """
+  dense: Array
+  segments: Array
+  causal: bool = flax.struct.field(pytree_node=False, default=False)
+
+
+def self_attention(segments: Array, causal: bool = False,
+                   extra: Array | None = None):
+  """The self-attention mask of packed documents: `Segmented`, or the plain
+  [B, T, T] array when an `extra` mask (AND-ed in) has no such structure.
+
+  Args:
+    segments: [B, T] int document ids, 0 = padding.
+    causal: keys up to the query only.
+    extra: [B|1, T, T] bool, or None.
+  """
+  dense = combine_masks(document_mask(segments, extra),
+                        causal_mask(segments.shape[1]) if causal else None)
+  return dense if extra is not None else Segmented(dense, segments, causal)
 
 
 def segment_mask(q_segments: Array, k_segments: Array | None = None) -> Array:

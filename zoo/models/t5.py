@@ -37,7 +37,7 @@ class Config:
   dtype: str = "float32"  # compute dtype of matmuls; params stay float32
   dropout_rate: float = 0.1  # embeddings, sub-layer outputs, MLP, attention
   scan_layers: bool = False  # one nn.scan over each stack's layers
-  remat: bool = False  # recompute each block in the backward pass
+  remat: str = "none"  # backward recomputation: blocks.REMAT (or a bool)
   adapter_dim: int = 0  # >0: bottleneck adapters in every block
   num_layers: int = 12  # L of the encoder
   num_decoder_layers: int = 0  # L of the decoder; 0 = num_layers
