@@ -19,6 +19,8 @@ import subprocess
 import sys
 
 import report  # pylint: disable=g-bad-import-order
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from zoo.plan.report import Plan  # pylint: disable=wrong-import-position
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BERT = ["--config.data.vocab_size=30522"]
@@ -26,9 +28,10 @@ T5 = ["--config.data.vocab_size=32128"]
 UNROLLED = ",model_args.scan_layers=false"  # exact HBM traffic, slower compile
 NO_ATTN_DROPOUT = ",model_args.attention_dropout_rate=0"  # the splash kernel
 # T5 v1.1 XXL's shape (11B parameters) on T5-large's config, its blocks
-# recomputed in the backward pass.
+# recomputed in the backward pass, without dropout (as T5 v1.1 pre-trained).
 XXL = ("configs/t5_span.py:size=large,model_args.embed_dim=4096,"
-       "model_args.mlp_dim=10240,model_args.num_heads=64,model_args.remat=full")
+       "model_args.mlp_dim=10240,model_args.num_heads=64,model_args.remat=full,"
+       "model_args.dropout_rate=0")
 
 
 def _rows(batch: int, fsdp: int) -> list[str]:
@@ -44,23 +47,23 @@ PLANS = {
         "configs/bert_mlm.py:large" + UNROLLED + NO_ATTN_DROPOUT, "v5e:4x4",
         1, BERT + _rows(256, 4)),
     "bert_large_splash_v5p64": (
-        "configs/bert_mlm.py:large" + NO_ATTN_DROPOUT, "v5p:4x4x4", 1,
-        BERT + _rows(1024, 8)),
+        "configs/bert_mlm.py:large" + UNROLLED + NO_ATTN_DROPOUT,
+        "v5p:4x4x4", 1, BERT + _rows(1024, 8)),
     "t5_base_v5e16": ("configs/t5_span.py:base" + UNROLLED, "v5e:4x4", 1,
                       T5 + _rows(128, 4)),
-    "t5_base_v5p64": ("configs/t5_span.py:base", "v5p:4x4x4", 1,
+    "t5_base_v5p64": ("configs/t5_span.py:base" + UNROLLED, "v5p:4x4x4", 1,
                       T5 + _rows(512, 8)),
-    "t5_large_v5e16": ("configs/t5_span.py:large", "v5e:4x4", 1,
+    "t5_large_v5e16": ("configs/t5_span.py:large" + UNROLLED, "v5e:4x4", 1,
                        T5 + _rows(128, 16)),
     "t5_large_remat_v5e16": (
-        "configs/t5_span.py:size=large,model_args.remat=full", "v5e:4x4", 1,
-        T5 + _rows(128, 16)),
-    "t5_large_v5p64": ("configs/t5_span.py:large", "v5p:4x4x4", 1,
-                       T5 + _rows(512, 8)),
-    "t5_xxl_v5p128": (XXL, "v5p:4x4x8", 1, T5 + _rows(256, -1) + [
+        "configs/t5_span.py:large,model_args.remat=full" + UNROLLED,
+        "v5e:4x4", 1, T5 + _rows(128, 16)),
+    "t5_large_v5p64": ("configs/t5_span.py:large" + UNROLLED, "v5p:4x4x4",
+                       1, T5 + _rows(512, 8)),
+    "t5_xxl_v5p128": (XXL + UNROLLED, "v5p:4x4x8", 1, T5 + _rows(256, -1) + [
         "--config.mesh.data=1"]),
-    "bert_base_2_slices_v5e16": ("configs/bert_mlm.py:base", "v5e:4x4", 2,
-                                 BERT + _rows(512, 4)),
+    "bert_base_2_slices_v5e16": ("configs/bert_mlm.py:base" + UNROLLED,
+                                 "v5e:4x4", 2, BERT + _rows(512, 4)),
 }
 
 
@@ -113,7 +116,7 @@ def row(p: dict) -> str:
     need = p["refused"].split("required for HLO temporaries (")[-1]
     return (f"| {p['name']} | {p['topology']} | does not fit: temporaries "
             f"({need.split(')')[0]} > the chip's HBM) |" + " |" * 9)
-  r = p["roofline"]
+  r = Plan.from_dict(p).roofline()
   mesh = "x".join(str(v) for v in p["mesh"].values())
   comm = sum(c["bytes"] for c in p["collectives"].values()) / 1e9
   slices = f" x{p['num_slices']}" if p["num_slices"] > 1 else ""
@@ -135,9 +138,9 @@ def section(plans: list[dict]) -> str:
       "peak HBM of the step; TFLOP and collective GB (sent per chip) per "
       "step; the roofline step is the largest of compute at the bf16 peak, "
       "HBM traffic, ICI and DCN time (perfect overlap), and MFU the compute "
-      "share of it. Rows marked (scan) run their layers as one loop, whose "
-      "body the compiler's HBM traffic counts once: their HBM time is a "
-      "lower bound.", "",
+      "share of it. The plans unroll their layers (`scan_layers=false`): "
+      "the compiler counts a loop body's HBM traffic once, so a scanned "
+      "plan's HBM time is a lower bound (marked (scan)).", "",
       "| plan | topology | mesh (data x fsdp x tensor) | batch | state GiB "
       "| temp GiB | total / HBM GiB | TFLOP | coll. GB | roofline ms | "
       "MFU | compile s |",

@@ -60,11 +60,20 @@ class Plan:
   def fits(self) -> bool:
     return self.total_bytes <= self.chip.hbm_bytes
 
+  @classmethod
+  def from_dict(cls, d: dict) -> "Plan":
+    """The Plan `to_dict` wrote (its derived fields recomputed)."""
+    from zoo.plan.chips import CHIPS  # pylint: disable=import-outside-toplevel
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in d.items() if k in names and k != "chip"},
+               chip=CHIPS[d["chip"]])
+
   def roofline(self) -> dict:
     """Lower bounds on the step time from the chip's published figures.
 
     compute: model FLOPs at the bf16 peak; hbm: the compiler's bytes
-    accessed at the HBM bandwidth (a loop body counted once); ici: bytes each chip sends at half its bidirectional ICI
+    accessed at the HBM bandwidth (a loop body counted once: for scanned
+    layers a lower bound); ici: bytes each chip sends at half its bidirectional ICI
     bandwidth; dcn: bytes over the data-center network. With perfect
     overlap the step takes the largest; `mfu` is the compute time's share
     of it (the jaxpr's matmuls, so recomputation under remat counts).
