@@ -221,3 +221,15 @@ def test_real_minilm_embeds_mixed_case_text_like_the_reference():
   cos = (ours * theirs).sum(-1) / (np.linalg.norm(ours, axis=-1)
                                    * np.linalg.norm(theirs, axis=-1))
   assert cos.min() >= 0.99999, cos
+
+
+def test_a_workdir_saved_unrolled_loads_where_the_default_scans(
+    workdir, monkeypatch):
+  # Stacks this deep scan by default now; the checkpoint holds layer_<i>.
+  before = zoo.load(workdir).embed(["the cat"])
+  monkeypatch.setattr(models, "SCAN_FROM_LAYERS", 1)
+  assert models.make_config("bert", "tiny").scan_layers
+  loaded = zoo.load(workdir)
+  assert loaded.config.scan_layers is False
+  np.testing.assert_allclose(loaded.embed(["the cat"])["mean"],
+                             before["mean"], atol=1e-6)

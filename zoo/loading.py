@@ -17,6 +17,7 @@ reported and the previous complete one is tried. Nothing unpickles.
 import dataclasses
 import functools
 import os
+import re
 import warnings
 from typing import Any
 
@@ -317,6 +318,13 @@ def restore_params(workdir: str, step: int | None = None):
                    + "\n".join(errors))
 
 
+def _unrolled(params) -> bool:
+  """Whether params hold an unrolled layer stack (`layer_<i>` groups)."""
+  paths = jax.tree_util.tree_flatten_with_path(params)[0]
+  return any(re.fullmatch(r"layer_\d+", str(getattr(k, "key", "")))
+             for path, _ in paths for k in path)
+
+
 def _masked_mean(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
   """[..., B, T, D] averaged over the True pieces of mask [B, T] ->
   [..., B, D] float32 (a row without real pieces gives zeros)."""
@@ -331,8 +339,11 @@ def load_workdir(workdir: str, step: int | None = None) -> Loaded:
   tokenizer = tok_lib.load_path(tok_dir) if os.path.isdir(tok_dir) else None
   specials = (objectives.Specials(**tokenizer.specials()) if tokenizer
               else train_lib.specials_of(config, None))
-  objective = train_lib.build_objective(config, specials, tokenizer)
   params, step = restore_params(workdir, step)
+  if "scan_layers" not in config.get("model_args", {}) and _unrolled(params):
+    # Trained before deep stacks scanned by default: build it as trained.
+    config.model_args = dict(config.get("model_args", {}), scan_layers=False)
+  objective = train_lib.build_objective(config, specials, tokenizer)
   family, model_config, backbone = objective.backbone(params)
   return Loaded(family, model_config, backbone, tokenizer, step, workdir,
                 config.to_dict())
