@@ -145,7 +145,8 @@ def restore_replicated(workdir: str, step: int | None = None,
   Args:
     workdir: the run's workdir.
     step: defaults to the latest complete checkpoint.
-    mesh: defaults to a one-device mesh on `jax.devices()[0]`.
+    mesh: defaults to a one-device mesh on this process's first device
+      (each process of a multi-process run gets its own whole copy).
 
   Returns:
     `(state, meta)`; state leaves are jax Arrays replicated over `mesh`.
@@ -156,7 +157,7 @@ def restore_replicated(workdir: str, step: int | None = None,
     if step is None:
       raise FileNotFoundError(f"no complete checkpoint in {workdir}")
     if mesh is None:
-      mesh = jax.sharding.Mesh(jax.devices()[:1], ("data",))
+      mesh = jax.sharding.Mesh(jax.local_devices()[:1], ("data",))
     rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     target = jax.tree_util.tree_map(
         lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=rep),

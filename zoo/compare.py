@@ -14,6 +14,12 @@ and `DIR/finetuning.png`, and prints the table. Rerunning the command
 resumes: finished work is read back, a killed cell continues from its
 checkpoint. Compiled programs are kept on disk (`--compile_cache`, on by
 default; `zoo.compile_cache`), so a rerun also skips most compiling.
+
+On a pod, start one process per host as for `zoo.train`
+(`--coordinator_address --num_processes --process_id`, or nothing where
+JAX detects the cluster): cells pre-train across all processes, the views
+are dealt out among them, and process 0 writes the results into the one
+shared workdir.
 """
 
 import os
@@ -21,6 +27,7 @@ import os
 from absl import app, flags, logging
 
 from zoo import compile_cache
+from zoo import distributed
 from zoo import train  # defines --config, --workdir, --compile_cache
 from zoo.harness import run as harness
 
@@ -38,17 +45,14 @@ def main(argv) -> None:
   grid, workdir = flags.FLAGS.config, flags.FLAGS.workdir
   if grid is None or workdir is None:
     raise app.UsageError("--config and --workdir are required")
-  multi = [f"--{name}" for name in _MULTI_HOST if flags.FLAGS[name].present]
-  if multi:
-    raise app.UsageError(
-        f"zoo.compare runs on one process and does not take {multi}; a "
-        "multi-host harness is planned. Pre-train a cell across hosts with "
-        "`python -m zoo.train` and these flags instead")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # Orbax logs each save at INFO
   if train.COMPILE_CACHE.value:
     compile_cache.enable()
+  distributed.initialize(*(flags.FLAGS[name].value for name in _MULTI_HOST))
   harness.run(grid, workdir)
+  if not distributed.is_main():
+    return
   with open(os.path.join(workdir, "results.md"), encoding="utf-8") as f:
     print(f.read())
 

@@ -5,8 +5,10 @@ detect the cluster; with `coordinator_address` etc. it joins the given one.
 On CPU (tests, laptops) several processes on one machine talk over gloo.
 """
 
+import base64
 import json
 import os
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
@@ -63,18 +65,75 @@ def is_main() -> bool:
   return jax.process_index() == 0
 
 
+def _encode(obj):
+  """JSON-able form of `obj`, numpy arrays as tagged base64 (exact bits)."""
+  if isinstance(obj, np.ndarray):
+    return {"__ndarray__": base64.b64encode(
+        np.ascontiguousarray(obj).tobytes()).decode(),
+            "dtype": obj.dtype.str, "shape": list(obj.shape)}
+  if isinstance(obj, dict):
+    return {k: _encode(v) for k, v in obj.items()}
+  if isinstance(obj, (list, tuple)):
+    return [_encode(v) for v in obj]
+  return obj
+
+
+def _decode(obj):
+  """Inverse of `_encode`."""
+  if isinstance(obj, dict):
+    if "__ndarray__" in obj:
+      raw = base64.b64decode(obj["__ndarray__"])
+      return np.frombuffer(raw, np.dtype(obj["dtype"])).reshape(obj["shape"])
+    return {k: _decode(v) for k, v in obj.items()}
+  if isinstance(obj, list):
+    return [_decode(v) for v in obj]
+  return obj
+
+
 def allgather_json(obj) -> list:
-  """Every process's JSON-able `obj`, in process order (a collective)."""
+  """Every process's `obj`, in process order (a collective).
+
+  `obj` is JSON-able, and may hold numpy arrays (sent bit for bit); tuples
+  come back as lists.
+  """
   if jax.process_count() == 1:
     return [obj]
-  data = np.frombuffer(json.dumps(obj).encode(), np.uint8)
+  data = np.frombuffer(json.dumps(_encode(obj)).encode(), np.uint8)
   sizes = multihost_utils.process_allgather(np.array([data.size], np.int32))
   padded = np.zeros(int(np.max(sizes)), np.uint8)
   padded[:data.size] = data
   rows = multihost_utils.process_allgather(padded)
   sizes = np.asarray(sizes).reshape(-1)
-  return [json.loads(bytes(rows[i][:sizes[i]]).decode())
+  return [_decode(json.loads(bytes(rows[i][:sizes[i]]).decode()))
           for i in range(len(sizes))]
+
+
+def split_work(fn: Callable[[Any], Any], items: Sequence) -> list:
+  """`[fn(x) for x in items]`, the items dealt out across processes.
+
+  Item i runs on process i mod P, on that process's own devices (no
+  collective inside `fn`); every process gets every result, in item order.
+  Results are what `allgather_json` carries. Every process calls this with
+  the same items. With one process it is the plain loop.
+  """
+  count, index = jax.process_count(), jax.process_index()
+  if count == 1:
+    return [fn(x) for x in items]
+  mine = [fn(x) for x in list(items)[index::count]]
+  out = [None] * len(items)
+  for process, results in enumerate(allgather_json(mine)):
+    out[process::count] = results
+  return out
+
+
+def main_first(fn: Callable[[], Any], name: str):
+  """`fn()` on process 0, then, after a barrier, on the others: for work
+  that fills a shared cache (a data build, a tokenizer) exactly once."""
+  if jax.process_count() == 1:
+    return fn()
+  out = fn() if is_main() else None
+  sync(f"zoo_main_first_{name}")
+  return out if is_main() else fn()
 
 
 def sync(name: str) -> None:

@@ -60,9 +60,8 @@ def build_loader(config, split: str, batch_size: int, seed: int,
   if jax.process_count() > 1 and not config.data.tokenizer:
     # The embedded sample and its tokenizer are built once, by process 0,
     # while the others wait: never one build per host on a shared disk.
-    if jax.process_index() == 0:
-      data.load_tokenizer(config.data)
-    distributed.sync(f"zoo_data_ready_{split}")
+    distributed.main_first(lambda: data.load_tokenizer(config.data),
+                           f"data_ready_{split}")
   return data.pretrain_loader(config.data, split=split, **kwargs)
 
 

@@ -41,6 +41,7 @@ import ml_collections
 
 import objectives
 from zoo import checkpoint as ckpt_lib
+from zoo import distributed
 from zoo import models
 from zoo import train as train_mod
 from zoo import train_lib
@@ -209,7 +210,10 @@ def read_json(path: str):
 
 
 def write_json(path: str, value) -> None:
-  """Writes JSON atomically: a killed run never leaves half a file."""
+  """Writes JSON atomically: a killed run never leaves half a file. Only
+  process 0 writes (every process holds the same value)."""
+  if not distributed.is_main():
+    return
   os.makedirs(os.path.dirname(path), exist_ok=True)
   tmp = path + ".tmp"
   with open(tmp, "w", encoding="utf-8") as f:

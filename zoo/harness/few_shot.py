@@ -16,6 +16,7 @@ import dataclasses
 import numpy as np
 
 from data.tasks import stable_key
+from zoo import distributed
 from zoo import finetune as finetune_lib
 
 # Keys of a grid's `few_shot` block that are not `finetune()` arguments.
@@ -41,6 +42,40 @@ def with_train(task, train: list[dict]):
   return dataclasses.replace(task, splits={**task.splits, "train": train})
 
 
+def _one(backbone: tuple, task, tokenizer, kwargs: dict, k: int, seed: int,
+         split: str) -> dict:
+  """One sampled training set: {"preds" [N], "losses" [steps]}."""
+  shots = with_train(task, subset(task, k, seed))
+  _, state = finetune_lib.finetune(*backbone, shots, tokenizer, seed=seed,
+                                   splits=(split,), return_state=True,
+                                   **kwargs)
+  return {"preds": np.asarray(state.predictions[split]).tolist(),
+          "losses": [float(x) for x in state.losses]}
+
+
+def run_tasks(backbone: tuple, tasks: dict, tokenizer, recipe: dict, seeds,
+              split: str) -> dict:
+  """`run` of every task; the (task, seed) runs are dealt out across
+  processes (`distributed.split_work`), each on one process's devices.
+
+  Returns:
+    task name -> `run`'s dict.
+  """
+  kwargs = {k: v for k, v in recipe.items() if k not in _OWN}
+  units = [(name, int(seed)) for name in tasks for seed in seeds]
+  done = distributed.split_work(
+      lambda unit: _one(backbone, tasks[unit[0]], tokenizer, kwargs,
+                        int(recipe["k"]), unit[1], split), units)
+  out = {}
+  for name, task in tasks.items():
+    mine = [r for (n, _), r in zip(units, done) if n == name]
+    out[name] = {"metric": task.metric,
+                 "preds": [r["preds"] for r in mine],
+                 "losses": [r["losses"] for r in mine],
+                 "labels": [ex["label"] for ex in task.splits[split]]}
+  return out
+
+
 def run(backbone: tuple, task, tokenizer, recipe: dict, seeds, split: str
         ) -> dict:
   """Fine-tunes `backbone` on each seed's K-shot set and predicts `split`.
@@ -57,14 +92,5 @@ def run(backbone: tuple, task, tokenizer, recipe: dict, seeds, split: str
   Returns:
     {"metric", "labels" [N], "preds" [S][N], "losses" [S][steps]}.
   """
-  kwargs = {k: v for k, v in recipe.items() if k not in _OWN}
-  preds, losses = [], []
-  for seed in seeds:
-    shots = with_train(task, subset(task, int(recipe["k"]), int(seed)))
-    _, state = finetune_lib.finetune(*backbone, shots, tokenizer,
-                                     seed=int(seed), splits=(split,),
-                                     return_state=True, **kwargs)
-    preds.append(state.predictions[split].tolist())
-    losses.append([float(x) for x in state.losses])
-  return {"metric": task.metric, "preds": preds, "losses": losses,
-          "labels": [ex["label"] for ex in task.splits[split]]}
+  return run_tasks(backbone, {task.name: task}, tokenizer, recipe, seeds,
+                   split)[task.name]

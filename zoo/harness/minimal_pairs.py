@@ -14,7 +14,7 @@ Letters: N pairs.
 
 import numpy as np
 
-from zoo import scoring
+from zoo import distributed, scoring
 
 
 def outcomes(good: np.ndarray, bad: np.ndarray) -> np.ndarray:
@@ -47,7 +47,8 @@ def score_pairs(score_fn, pairs: dict) -> dict:
 
 
 def run(loaded, pairs: dict, batch_size: int = 256) -> dict:
-  """The view of a loaded model (`zoo.loading.Loaded`), in chunks of texts.
+  """The view of a loaded model (`zoo.loading.Loaded`), in chunks of texts
+  dealt out across processes (`distributed.split_work`).
 
   A backbone pre-trained without the head its scoring reads (Quick-Thought
   trains no LM head) has no likelihood: its outcomes are NaN, reported as
@@ -62,9 +63,10 @@ def run(loaded, pairs: dict, batch_size: int = 256) -> dict:
     return dict(out, method="none", skipped=why)
 
   def score_fn(texts):
-    parts = [loaded.score(texts[i:i + batch_size])
-             for i in range(0, len(texts), batch_size)]
-    return np.concatenate(parts)
+    chunks = [texts[i:i + batch_size] for i in range(0, len(texts),
+                                                       batch_size)]
+    return np.concatenate(distributed.split_work(
+        lambda chunk: np.asarray(loaded.score(chunk), np.float64), chunks))
   out = score_pairs(score_fn, pairs)
   out["method"] = scoring.method(loaded.family, loaded.config)
   return out

@@ -34,6 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from zoo import distributed
+
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
@@ -199,14 +201,15 @@ def features(loaded, texts: list[str], max_len: int,
              batch_size: int = 128) -> np.ndarray:
   """float32 [N, L+1, D]: every layer's states mean-pooled over the real
   pieces of each text (encoder states of encoder-decoders), from a
-  `zoo.loading.Loaded`; rows pad to `max_len` so one program serves all."""
-  parts = []
-  for start in range(0, len(texts), batch_size):
+  `zoo.loading.Loaded`; rows pad to `max_len` so one program serves all.
+  Chunks of `batch_size` texts are dealt out across processes."""
+  def pool(start: int) -> np.ndarray:
     chunk = list(texts[start:start + batch_size])
     real = len(chunk)
     chunk += [chunk[0]] * (batch_size - real)
     pooled = loaded.embed(chunk, max_len=max_len)["layers_mean"]
-    parts.append(np.transpose(pooled, (1, 0, 2))[:real])
+    return np.asarray(np.transpose(pooled, (1, 0, 2))[:real], np.float32)
+  parts = distributed.split_work(pool, range(0, len(texts), batch_size))
   return np.concatenate(parts).astype(np.float32)
 
 

@@ -9,6 +9,12 @@ as it is done; then the non-neural floors (`DIR/floors.json`), and the
 tables and plots (`report`, `plots`). A rerun reads back what is on disk
 and resumes a killed pre-training from its checkpoint; a result made under
 another recipe is refused rather than mixed in.
+
+Under `jax.distributed` every process runs this same code: each cell
+pre-trains sharded across all processes (the trainer's mesh), the views
+deal their chunks of texts and fine-tuning runs out across processes
+(`distributed.split_work`) and gather the results, and only process 0
+writes files. Every process must see the same workdir.
 """
 
 import os
@@ -18,6 +24,7 @@ import time
 from tqdm import tqdm
 
 import objectives
+from zoo import distributed
 from zoo import loading
 from zoo.harness import baselines
 from zoo.harness import cells as cells_lib
@@ -55,10 +62,9 @@ def _view(grid, inputs: _Inputs, view: str, loaded) -> dict:
     return {"tasks": {name: probe.run(loaded, task, inputs.split, recipe)
                       for name, task in inputs.tasks.items()}}
   backbone = (loaded.family, loaded.config, loaded.params)
-  return {"tasks": {name: few_shot.run(backbone, task, inputs.tokenizer,
-                                       recipe, list(grid.seeds),
-                                       inputs.split)
-                    for name, task in inputs.tasks.items()}}
+  return {"tasks": few_shot.run_tasks(backbone, inputs.tasks,
+                                      inputs.tokenizer, recipe,
+                                      list(grid.seeds), inputs.split)}
 
 
 def view_key(grid, cell, view: str) -> str:
@@ -142,11 +148,13 @@ def run(grid, workdir: str) -> dict:
     The results (`report.build`), also written to DIR/results.json.
   """
   cells = cells_lib.check_grid(grid)
-  os.makedirs(os.path.join(workdir, "cells"), exist_ok=True)
-  inputs = _Inputs(grid)
+  if distributed.is_main():
+    os.makedirs(os.path.join(workdir, "cells"), exist_ok=True)
+  # Process 0 builds the sample, tokenizer and pair suite the others read.
+  inputs = distributed.main_first(lambda: _Inputs(grid), "harness_inputs")
   steps = sum(len(VIEWS) + cell.pretrained for cell in cells) + 1
   bar = tqdm(total=steps, desc="harness", dynamic_ncols=True,
-             file=sys.stderr)
+             file=sys.stderr, disable=not distributed.is_main())
   tick = lambda text: bar.set_postfix_str(text) if text else bar.update(1)
   records = [run_cell(grid, cell, os.path.join(workdir, "cells", cell.name),
                       inputs, tick) for cell in cells]
@@ -159,8 +167,11 @@ def run(grid, workdir: str) -> dict:
 
 def finish(grid, workdir: str, cells, records: list[dict],
            floor: dict) -> dict:
-  """Writes results.{md,csv,json} and the plots; returns the results."""
+  """Writes results.{md,csv,json} and the plots (process 0); returns the
+  results (on every process)."""
   results = report.build(grid, records, floor)
+  if not distributed.is_main():
+    return results
   report.write_all(workdir, results)
   tokens_per_step = int(grid.pretrain.batch_size) * int(grid.pretrain.seq_len)
   plots.plot_losses(workdir, [c.name for c in cells if c.pretrained],
