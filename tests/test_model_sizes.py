@@ -80,3 +80,11 @@ def test_every_size_runs_a_train_step(family, size):
              zip(jax.tree.leaves(params), jax.tree.leaves(new))]
   assert sum(changed) > len(changed) // 2
   assert all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(new))
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "electra", "unilm"])
+def test_large_sizes_default_to_no_attention_dropout(family):
+  assert models.make_config(family, "large").attention_dropout_rate == 0.0
+  assert models.make_config(family, "base").attention_dropout_rate > 0.0
+  kept = models.make_config(family, "large", attention_dropout_rate=0.1)
+  assert kept.attention_dropout_rate == 0.1
