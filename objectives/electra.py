@@ -100,3 +100,9 @@ class Electra(common.Scheme):
     p = common.nn.meta.unbox(params)["model"]
     disc = {"embeddings": p["embeddings"], "body": p["discriminator_body"]}
     return self.family, self.config, disc
+
+  def generator(self, params):
+    """The generator as a standalone `electra.Model` (role "generator")."""
+    p = common.nn.meta.unbox(params)["model"]
+    gen = {"embeddings": p["embeddings"], "body": p["generator_body"]}
+    return self.family, self.config.generator(), gen

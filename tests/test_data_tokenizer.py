@@ -144,32 +144,66 @@ def test_vocab_txt_folders_follow_their_tokenizer_config(tmp_path, config):
     assert ours.encode(text) == ref.encode(text, add_special_tokens=False)
 
 
+def _assert_real_vocabulary(ours, ref, size, paragraph):
+  """The reference holds the real vocabulary (not only its special tokens,
+  as `T5TokenizerFast(vocab_file=...)` does under transformers 5) and so
+  does the zoo's copy: both sides' ids are then worth comparing."""
+  assert size > 100
+  assert len(ref) == ours.vocab_size == size
+  ids = ours.encode(paragraph)
+  assert len(set(ids)) > 50 and ref.unk_token_id not in ids
+
+
 def test_hf_sentencepiece_folder_tokenizes_as_the_reference(tmp_path, tok):
   import transformers  # pylint: disable=import-outside-toplevel
-  model = tmp_path / "spiece.model"
-  model.write_bytes(tok.proto)
-  ref = transformers.T5TokenizerFast(vocab_file=str(model), extra_ids=100)
+  # A T5 folder as transformers 5 writes one from a `spiece.model`: its
+  # from_pretrained converts the model (pieces, scores, charsmap) to a
+  # `tokenizers` Unigram; save_pretrained writes `tokenizer.json`.
+  (tmp_path / "spm").mkdir()
+  (tmp_path / "spm" / "spiece.model").write_bytes(tok.proto)
+  ref = transformers.T5Tokenizer.from_pretrained(str(tmp_path / "spm"),
+                                                 extra_ids=100)
   ref.save_pretrained(str(tmp_path / "t5"))
   ours = tok_lib.load_path(tmp_path / "t5")
   assert isinstance(ours, tok_lib.HFTokenizer)
-  _assert_rows_match(ours, ref, _sample_validation_texts() + HARD[:-2])
+  texts = _sample_validation_texts()
+  _assert_real_vocabulary(ours, ref, tok.vocab_size, texts[0])
+  texts += HARD + ["The <extra_id_0> jumped <extra_id_1>."]
+  _assert_rows_match(ours, ref, texts)
+  for text in texts:  # and the pieces are SentencePiece's own
+    assert ours.encode(text) == tok.encode(text) == ref(
+        text, add_special_tokens=False)["input_ids"], text
   s = ours.specials()
-  assert s["num_sentinels"] == 100 and s["eos"] == ref.eos_token_id
-  assert s["sentinel0"] == ref.convert_tokens_to_ids("<extra_id_0>")
+  assert s["num_sentinels"] == 100 and s["eos"] == ref.eos_token_id == 1
+  assert s["sentinel0"] == ref.convert_tokens_to_ids("<extra_id_0>") == 7999
+  assert (s["pad"], s["unk"]) == (ref.pad_token_id, ref.unk_token_id)
 
 
 def test_hf_byte_level_bpe_folder_tokenizes_as_the_reference(tmp_path):
   import tokenizers  # pylint: disable=import-outside-toplevel
   import transformers  # pylint: disable=import-outside-toplevel
+  texts = _sample_validation_texts()
   bpe = tokenizers.ByteLevelBPETokenizer()
-  bpe.train_from_iterator(_sample_validation_texts(), vocab_size=600,
+  bpe.train_from_iterator(texts, vocab_size=600,
                           special_tokens=["<s>", "<pad>", "</s>", "<unk>",
                                           "<mask>"])
-  bpe.save_model(str(tmp_path))
-  ref = transformers.RobertaTokenizerFast(
-      vocab_file=str(tmp_path / "vocab.json"),
-      merges_file=str(tmp_path / "merges.txt"))
+  (tmp_path / "bpe").mkdir()
+  bpe.save_model(str(tmp_path / "bpe"))
+  # A RoBERTa folder from `vocab.json` and `merges.txt` as transformers 5
+  # reads them (its from_pretrained; the constructor ignores the files).
+  ref = transformers.RobertaTokenizer.from_pretrained(str(tmp_path / "bpe"))
   ref.save_pretrained(str(tmp_path / "roberta"))
   ours = tok_lib.load_path(tmp_path / "roberta")
-  _assert_rows_match(ours, ref, _sample_validation_texts(10) + HARD[:-2])
-  assert ours.specials()["mask"] == ref.mask_token_id
+  assert isinstance(ours, tok_lib.HFTokenizer)
+  _assert_real_vocabulary(ours, ref, bpe.get_vocab_size(), texts[0])
+  texts = texts[:10] + HARD
+  # "[MASK]" is the zoo's mask marker in `row`, not text (below).
+  _assert_rows_match(ours, ref, [t for t in texts if "[MASK]" not in t])
+  for text in texts:  # and the pieces are the trained BPE's own
+    assert ours.encode(text) == bpe.encode(text).ids == ref(
+        text, add_special_tokens=False)["input_ids"], text
+  s = ours.specials()
+  assert (s["mask"], s["pad"], s["bos"], s["eos"], s["unk"]) == (
+      ref.mask_token_id, ref.pad_token_id, ref.bos_token_id, ref.eos_token_id,
+      ref.unk_token_id) == (4, 1, 0, 2, 3)
+  assert ours.row("x [MASK] y") == ref("x <mask> y")["input_ids"]

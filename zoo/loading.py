@@ -51,6 +51,8 @@ class Loaded:
     step: the checkpoint's step (None for a Hugging Face folder).
     path: where it was loaded from.
     run_config: the training config of a workdir (None otherwise).
+    companions: other networks the scheme trained beside the backbone, name
+      -> `(family, config, params)` (ELECTRA's "generator").
   """
   family: str
   config: Any
@@ -59,6 +61,7 @@ class Loaded:
   step: int | None
   path: str
   run_config: dict | None = None
+  companions: dict[str, tuple] = dataclasses.field(default_factory=dict)
 
   @property
   def model(self) -> nn.Module:
@@ -345,8 +348,10 @@ def load_workdir(workdir: str, step: int | None = None) -> Loaded:
     config.model_args = dict(config.get("model_args", {}), scan_layers=False)
   objective = train_lib.build_objective(config, specials, tokenizer)
   family, model_config, backbone = objective.backbone(params)
+  companions = ({"generator": objective.generator(params)}
+                if hasattr(objective, "generator") else {})
   return Loaded(family, model_config, backbone, tokenizer, step, workdir,
-                config.to_dict())
+                config.to_dict(), companions)
 
 
 def load_hf(folder: str) -> Loaded:

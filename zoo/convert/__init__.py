@@ -1,7 +1,8 @@
-"""Hugging Face import: a model folder in, `(family, config, params)` out.
+"""Hugging Face import and export.
 
     family, config, params = zoo.convert.from_hf("path/to/folder")
     out = zoo.models.get(family).Model(config).apply({"params": params}, ...)
+    zoo.convert.to_hf("workdirs/run", "out/")  # see zoo.convert.export
 
 A folder holds `config.json` and `*.safetensors` (one file, or shards named
 by `model.safetensors.index.json`). Weights are read with the safetensors
@@ -156,3 +157,6 @@ def convert(mod: ModuleType, hf_config: dict[str, Any],
   if config.scan_layers:
     params = common.restack(params)
   return family, config, params
+
+
+from zoo.convert.export import to_hf  # pylint: disable=wrong-import-position

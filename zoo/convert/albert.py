@@ -68,3 +68,22 @@ def convert(hf: dict[str, Any], tensors: dict[str, np.ndarray]):
       top.get(tied)
   common.warn_unused(top, "albert")
   return "albert", config, params
+
+
+# Export (`zoo.convert.export`): the Hugging Face side of a zoo config.
+FAMILIES = ("albert",)
+
+
+def hf_config(family: str, config: albert.Config) -> dict[str, Any]:
+  """The Hugging Face config dict `make_config` reads back as `config`."""
+  out = bert_convert.hf_config("bert", config)
+  return dict(out, model_type=family, embedding_size=config.embedding_dim,
+              num_hidden_groups=1, inner_group_num=1)
+
+
+def architecture(family: str, config: albert.Config, params) -> str:
+  """The Hugging Face class that holds the heads `params` has."""
+  del family, config
+  if "mlm" in params:
+    return "AlbertForPreTraining" if "sop" in params else "AlbertForMaskedLM"
+  return "AlbertModel"

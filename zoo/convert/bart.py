@@ -107,3 +107,35 @@ def _mark_tied(r: common.Reader, name: str, shared: np.ndarray) -> None:
   if not np.array_equal(r.get(name), shared):
     raise ValueError(f"BART checkpoint's {r.prefix}{name} differs from the "
                      "shared token table; the zoo's BART ties them")
+
+
+# Export (`zoo.convert.export`): the Hugging Face side of a zoo config.
+FAMILIES = ("bart",)
+
+
+def hf_config(family: str, config: bart.Config) -> dict[str, Any]:
+  """The Hugging Face config dict `make_config` reads back as `config`."""
+  del family
+  heads, ffn = config.num_heads, config.mlp_dim
+  return dict(
+      model_type="bart", vocab_size=config.vocab_size,
+      d_model=config.embed_dim, encoder_layers=config.num_layers,
+      decoder_layers=config.num_decoder_layers or config.num_layers,
+      encoder_attention_heads=heads, decoder_attention_heads=heads,
+      encoder_ffn_dim=ffn, decoder_ffn_dim=ffn,
+      max_position_embeddings=config.max_len,
+      activation_function=common.hf_name(ACTIVATIONS, config.activation,
+                                         "activation"),
+      dropout=config.dropout_rate,
+      attention_dropout=config.attention_dropout_rate,
+      activation_dropout=config.mlp_dropout_rate,
+      scale_embedding=config.scale_embedding, pad_token_id=config.pad_id,
+      decoder_start_token_id=config.decoder_start_id,
+      forced_eos_token_id=None, normalize_before=False,
+      add_final_layer_norm=False)
+
+
+def architecture(family: str, config: bart.Config, params) -> str:
+  """BART goes out whole, with its tied LM head and logits bias."""
+  del family, config, params
+  return "BartForConditionalGeneration"

@@ -1,5 +1,6 @@
 """Hugging Face BERT and RoBERTa checkpoints -> `zoo.models.bert`."""
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -119,3 +120,50 @@ def convert(hf: dict[str, Any], tensors: dict[str, np.ndarray]):
       top.get(tied)  # the decoder reuses the token table and the bias
   common.warn_unused(top, family)
   return family, config, params
+
+
+# Export (`zoo.convert.export`): the Hugging Face side of a zoo config.
+FAMILIES = ("bert", "roberta")
+
+
+def hf_config(family: str, config: bert.Config) -> dict[str, Any]:
+  """The Hugging Face config dict `make_config` reads back as `config`."""
+  return dict(
+      model_type=family, vocab_size=config.vocab_size,
+      hidden_size=config.embed_dim, num_hidden_layers=config.num_layers,
+      num_attention_heads=config.num_heads,
+      intermediate_size=config.mlp_dim,
+      hidden_act=common.hf_name(ACTIVATIONS, config.activation, "activation"),
+      hidden_dropout_prob=config.dropout_rate,
+      attention_probs_dropout_prob=config.attention_dropout_rate,
+      max_position_embeddings=config.max_len,
+      type_vocab_size=config.type_vocab_size, layer_norm_eps=config.norm_eps,
+      pad_token_id=config.pad_id, position_embedding_type="absolute")
+
+
+def prepare_export(family: str, config: bert.Config, params):
+  """`(config, params)` in the reference's position convention.
+
+  Hugging Face RoBERTa reads its table at position + pad_id + 1. A zoo
+  RoBERTa with a larger `position_offset` (pad 0, offset 2: the zoo's own
+  tokenizers) never reads the first rows; they are dropped, so the same
+  positions read the same vectors.
+  """
+  shift = config.position_offset - (config.pad_id + 1)
+  if family != "roberta" or shift <= 0:
+    return config, params
+  emb = dict(params["embeddings"])
+  emb["position"] = {"embedding": emb["position"]["embedding"][shift:]}
+  config = dataclasses.replace(config, max_len=config.max_len - shift,
+                               position_offset=config.pad_id + 1)
+  return config, dict(params, embeddings=emb)
+
+
+def architecture(family: str, config: bert.Config, params) -> str:
+  """The Hugging Face class that holds the heads `params` has."""
+  del config
+  if family == "roberta":
+    return "RobertaForMaskedLM" if "mlm" in params else "RobertaModel"
+  if "mlm" in params:
+    return "BertForPreTraining" if "nsp" in params else "BertForMaskedLM"
+  return "BertModel"

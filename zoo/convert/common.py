@@ -24,6 +24,16 @@ _BUFFERS = re.compile(r"(^|\.)(position_ids|token_type_ids|masked_bias|"
                       r"attn\.bias|inv_freq)$")
 
 
+class IndexTensors(dict):
+  """Checkpoint tensors that hold element indices, not weights.
+
+  Each value is an int64 array of global element numbers. A converter run
+  over them builds the zoo param tree of indices, which says where every
+  zoo weight lives in the checkpoint: `zoo.convert.export` inverts import
+  this way, so each name map is written once, in the importer.
+  """
+
+
 class Reader:
   """Named access to a checkpoint's tensors, with a record of use.
 
@@ -53,6 +63,8 @@ class Reader:
       near = sorted(k for k in self.tensors if k.endswith(name.split(".")[-1]))
       raise KeyError(f"checkpoint has no tensor {key!r}; similar: {near[:5]}")
     self.used.add(key)
+    if isinstance(self.tensors, IndexTensors):
+      return np.asarray(self.tensors[key])
     return np.asarray(self.tensors[key], dtype=np.float32)
 
   def linear(self, name: str, in_shape=None, out_shape=None, *,
@@ -171,11 +183,12 @@ def _unbox(tree):
                       tree, is_leaf=lambda x: hasattr(x, "unbox"))
 
 
-def _flat(tree: Params, prefix: str = "") -> dict[str, Any]:
+def flat(tree: Params, prefix: str = "") -> dict[str, Any]:
+  """A nested dict as {"a/b/leaf": value}."""
   out = {}
   for k, v in tree.items():
     if isinstance(v, dict):
-      out.update(_flat(v, f"{prefix}{k}/"))
+      out.update(flat(v, f"{prefix}{k}/"))
     else:
       out[prefix + k] = v
   return out
@@ -202,7 +215,7 @@ def check_and_fill(family: str, config, params: Params) -> Params:
     ValueError: on a param the model does not have or a shape mismatch.
   """
   shapes = param_shapes(family, config)
-  want, have = _flat(shapes), _flat(params)
+  want, have = flat(shapes), flat(params)
   extra = sorted(set(have) - set(want))
   if extra:
     raise ValueError(f"converted params not in the {family} model: {extra}")
@@ -229,6 +242,34 @@ def restack(params: Params) -> Params:
     out["layers"] = blocks.stack_layer_params(
         [restack(params[f"layer_{i}"]) for i in range(n)])
   return out
+
+
+def unstack(params: Params) -> Params:
+  """Inverse of `restack`: every scanned `layers` subtree -> `layer_<i>`."""
+  if not isinstance(params, dict):
+    return params
+  out = {k: unstack(v) for k, v in params.items() if k != "layers"}
+  if isinstance(params.get("layers"), dict) and "block" in params["layers"]:
+    stacked = params["layers"]["block"]
+    n = len(jax.tree.leaves(stacked)[0])
+    for i in range(n):
+      out[f"layer_{i}"] = unstack(jax.tree.map(lambda x, i=i: x[i], stacked))
+  elif "layers" in params:
+    out["layers"] = unstack(params["layers"])
+  return out
+
+
+def hf_name(table: dict[str, str], zoo_name: str, what: str) -> str:
+  """The first Hugging Face name that `table` (HF -> zoo) maps to `zoo_name`.
+
+  Raises:
+    ValueError: no Hugging Face name gives `zoo_name`.
+  """
+  for hf, zoo in table.items():
+    if zoo == zoo_name:
+      return hf
+  raise ValueError(f"{what} {zoo_name!r} has no Hugging Face equivalent; "
+                   f"exportable: {sorted(set(table.values()))}")
 
 
 def _is_layer(key: str) -> bool:

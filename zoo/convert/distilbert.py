@@ -58,3 +58,28 @@ def convert(hf: dict[str, Any], tensors: dict[str, np.ndarray]):
       top.get("vocab_projector.weight")  # tied to the token table
   common.warn_unused(top, "distilbert")
   return "distilbert", config, params
+
+
+# Export (`zoo.convert.export`): the Hugging Face side of a zoo config.
+FAMILIES = ("distilbert",)
+
+
+def hf_config(family: str, config: distilbert.Config) -> dict[str, Any]:
+  """The Hugging Face config dict `make_config` reads back as `config`."""
+  del family
+  return dict(
+      model_type="distilbert", vocab_size=config.vocab_size,
+      dim=config.embed_dim, n_layers=config.num_layers,
+      n_heads=config.num_heads, hidden_dim=config.mlp_dim,
+      activation=common.hf_name(bert_convert.ACTIVATIONS, config.activation,
+                                "activation"),
+      dropout=config.dropout_rate,
+      attention_dropout=config.attention_dropout_rate,
+      max_position_embeddings=config.max_len, pad_token_id=config.pad_id,
+      sinusoidal_pos_embds=False)
+
+
+def architecture(family: str, config: distilbert.Config, params) -> str:
+  """`DistilBertForMaskedLM` with an MLM head, else the bare model."""
+  del family, config
+  return "DistilBertForMaskedLM" if "mlm" in params else "DistilBertModel"

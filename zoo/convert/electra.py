@@ -68,3 +68,22 @@ def convert(hf: dict[str, Any], tensors: dict[str, np.ndarray]):
   params = {"embeddings": bert_convert.embeddings(r), "body": body}
   common.warn_unused(top, "electra")
   return "electra", config, params
+
+
+# Export (`zoo.convert.export`): the Hugging Face side of a zoo config.
+FAMILIES = ("electra",)
+
+
+def hf_config(family: str, config: electra.Config) -> dict[str, Any]:
+  """The Hugging Face config dict `make_config` reads back as `config`."""
+  out = bert_convert.hf_config("bert", config)
+  return dict(out, model_type=family, embedding_size=config.embedding_dim)
+
+
+def architecture(family: str, config: electra.Config, params) -> str:
+  """The generator with its MLM head; the discriminator with its RTD head."""
+  del family
+  if config.role == "generator":
+    return "ElectraForMaskedLM"
+  return ("ElectraForPreTraining" if "transform" in params.get("body", {})
+          else "ElectraModel")

@@ -62,3 +62,29 @@ def convert(hf: dict[str, Any], tensors: dict[str, np.ndarray]):
     top.get("lm_head.weight")  # tied to wte; the model reuses the table
   common.warn_unused(top, "gpt2")
   return "gpt2", config, params
+
+
+# Export (`zoo.convert.export`): the Hugging Face side of a zoo config.
+FAMILIES = ("gpt2",)
+
+
+def hf_config(family: str, config: gpt2.Config) -> dict[str, Any]:
+  """The Hugging Face config dict `make_config` reads back as `config`."""
+  del family
+  return dict(
+      model_type="gpt2", vocab_size=config.vocab_size,
+      n_embd=config.embed_dim, n_layer=config.num_layers,
+      n_head=config.num_heads, n_inner=config.mlp_dim,
+      n_positions=config.max_len,
+      activation_function=common.hf_name(bert_convert.ACTIVATIONS,
+                                         config.activation, "activation"),
+      resid_pdrop=config.dropout_rate, embd_pdrop=config.dropout_rate,
+      attn_pdrop=config.attention_dropout_rate,
+      layer_norm_epsilon=config.norm_eps,
+      pad_token_id=None if config.pad_id < 0 else config.pad_id)
+
+
+def architecture(family: str, config: gpt2.Config, params) -> str:
+  """GPT-2 always goes out with its (tied) LM head."""
+  del family, config, params
+  return "GPT2LMHeadModel"

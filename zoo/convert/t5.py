@@ -135,3 +135,46 @@ def convert(hf: dict[str, Any], tensors: dict[str, np.ndarray]):
     r.used.add("lm_head.weight")
   common.warn_unused(r, "t5")
   return "t5", config, params
+
+
+# Export (`zoo.convert.export`): the Hugging Face side of a zoo config.
+FAMILIES = ("t5",)
+
+
+def feed_forward_proj(zoo_activation: str) -> str:
+  """The `feed_forward_proj` that `activation` reads as `zoo_activation`."""
+  gated = zoo_activation.startswith("gated_")
+  base = zoo_activation.removeprefix("gated_")
+  if gated and base == "gelu_tanh":
+    return "gated-gelu"
+  name = common.hf_name(ACTIVATIONS, base, "T5 activation")
+  return ("gated-" if gated else "") + name
+
+
+def hf_config(family: str, config: t5.Config) -> dict[str, Any]:
+  """The Hugging Face config dict `make_config` reads back as `config`."""
+  del family
+  return dict(
+      model_type="t5", vocab_size=config.vocab_size, d_model=config.embed_dim,
+      d_kv=config.head_dim, d_ff=config.mlp_dim, num_layers=config.num_layers,
+      num_decoder_layers=config.num_decoder_layers or config.num_layers,
+      num_heads=config.num_heads,
+      relative_attention_num_buckets=config.relpos_buckets,
+      relative_attention_max_distance=config.relpos_max_distance,
+      dropout_rate=config.dropout_rate, layer_norm_epsilon=config.norm_eps,
+      feed_forward_proj=feed_forward_proj(config.activation),
+      # transformers 5 reads this flag as "scale the decoder output" and
+      # ties the head unless the checkpoint stores its own (`untied`).
+      tie_word_embeddings=config.scale_logits, pad_token_id=config.pad_id,
+      decoder_start_token_id=config.pad_id, is_encoder_decoder=True)
+
+
+def untied(config: t5.Config) -> tuple[str, ...]:
+  """Reference tensors stored apart from the table they are tied to."""
+  return () if config.tie_embeddings else ("lm_head.weight",)
+
+
+def architecture(family: str, config: t5.Config, params) -> str:
+  """T5 goes out whole, with its LM head."""
+  del family, config, params
+  return "T5ForConditionalGeneration"
