@@ -270,8 +270,8 @@ class HFTokenizer:
     pieces = sorted(vocab, key=vocab.get)
     special = set(tokenizer.get_added_tokens_decoder())
     self.word_start = np.array(
-        [not p.startswith("##") or i in special
-         for i, p in enumerate(pieces)], bool)
+        [o or i in special
+         for i, o in enumerate(_opens_word(tokenizer.model, pieces))], bool)
 
   @classmethod
   def from_folder(cls, folder) -> "HFTokenizer":
@@ -335,6 +335,20 @@ class HFTokenizer:
         {f"{k}_token": names[i] for k, i in self._ids.items()
          if i is not None}))
     return d
+
+
+def _opens_word(model, pieces: list[str]) -> list[bool]:
+  """Whether each piece of a `tokenizers` model begins a word.
+
+  WordPiece marks the pieces that continue a word (`##`); SentencePiece
+  (Unigram or BPE behind a Metaspace) and byte-level BPE mark the ones that
+  begin one (`▁`, `Ġ`: the space before the word).
+  """
+  import tokenizers  # pylint: disable=import-outside-toplevel
+  if isinstance(model, tokenizers.models.WordPiece):
+    prefix = model.continuing_subword_prefix
+    return [not p.startswith(prefix) for p in pieces]
+  return [p.startswith(("\u2581", "\u0120")) for p in pieces]
 
 
 def _is_hf_json(path: pathlib.Path) -> bool:

@@ -17,6 +17,7 @@ from configs.compare import smoke
 from tests import hf_parity as hp
 from zoo import convert, models, train
 from zoo import generate as gen_lib
+from zoo.convert import __main__ as cli
 from zoo.convert import export
 
 VOCAB = 97
@@ -281,3 +282,26 @@ def test_t5_generate_runs_on_the_export(exported):
   theirs = gen_lib.trim(np.array([theirs[1:]]), 1)[0]
   assert theirs == gen_lib.trim(ours, 1)[0]
   assert isinstance(hf_tok.decode(theirs), str)
+
+
+@pytest.mark.slow
+def test_cli_writes_what_to_hf_writes(exported, tmp_path, capsys):
+  loaded, out = exported("gpt2", "clm")
+  cli.main(["--to", "hf", loaded.path, str(tmp_path / "cli")])
+  assert capsys.readouterr().out.strip() == str(tmp_path / "cli")
+  a = load_file(str(out / "model.safetensors"))
+  b = load_file(str(tmp_path / "cli" / "model.safetensors"))
+  assert sorted(a) == sorted(b)
+  assert all(a[k].tobytes() == b[k].tobytes() for k in a)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--to", "hf", "w", "o", "--objective", "mlm"], "--objective applies"),
+    (["--from", "hf", "f", "w", "--step", "3"], "--step applies"),
+    (["--to", "onnx", "w", "o"], "invalid choice"),
+    (["w", "o"], "one of the arguments --to --from is required"),
+])
+def test_cli_refuses_bad_flags(argv, words, capsys):
+  with pytest.raises(SystemExit):
+    cli.parse(argv)
+  assert words in capsys.readouterr().err

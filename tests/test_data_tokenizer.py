@@ -177,6 +177,10 @@ def test_hf_sentencepiece_folder_tokenizes_as_the_reference(tmp_path, tok):
   assert s["num_sentinels"] == 100 and s["eos"] == ref.eos_token_id == 1
   assert s["sentinel0"] == ref.convert_tokens_to_ids("<extra_id_0>") == 7999
   assert (s["pad"], s["unk"]) == (ref.pad_token_id, ref.unk_token_id)
+  # Words begin where SentencePiece's own pieces say (`▁`).
+  for text in texts[:5]:
+    ids = ours.encode(text)
+    np.testing.assert_array_equal(ours.word_start[ids], tok.word_start[ids])
 
 
 def test_hf_byte_level_bpe_folder_tokenizes_as_the_reference(tmp_path):
@@ -207,3 +211,6 @@ def test_hf_byte_level_bpe_folder_tokenizes_as_the_reference(tmp_path):
       ref.mask_token_id, ref.pad_token_id, ref.bos_token_id, ref.eos_token_id,
       ref.unk_token_id) == (4, 1, 0, 2, 3)
   assert ours.row("x [MASK] y") == ref("x <mask> y")["input_ids"]
+  # A word begins at each piece holding its leading space (`Ġ`).
+  ids = ours.encode(" the riverbanks were muddy")
+  assert ours.word_start[ids].sum() == 4
