@@ -70,8 +70,11 @@ class _Run:
       return self.setup.init(lib.init_rng(int(self.config.seed))), 0
     target = ckpt_lib.with_shardings(self.setup.abstract, self.setup.shardings)
     state, meta = self.ckpt.restore(latest, target)
-    # Rows are addressed globally: any number of processes resumes.
-    self.loader.restore(meta["data"])
+    # Rows are addressed globally: any number of processes resumes. An
+    # imported workdir's step-0 checkpoint (zoo.convert.workdir) has no
+    # data state yet: its stream starts at the beginning.
+    if meta.get("data") is not None:
+      self.loader.restore(meta["data"])
     if distributed.is_main():
       print(f"resumed from step {latest} in {self.workdir}", file=sys.stderr)
     return state, latest
