@@ -27,7 +27,7 @@ _BUFFERS = re.compile(r"(^|\.)(position_ids|token_type_ids|masked_bias|"
 class IndexTensors(dict):
   """Checkpoint tensors that hold element indices, not weights.
 
-  Each value is an int64 array of global element numbers. A converter run
+  Each value is an integer array of global element numbers. A converter run
   over them builds the zoo param tree of indices, which says where every
   zoo weight lives in the checkpoint: `zoo.convert.export` inverts import
   this way, so each name map is written once, in the importer.

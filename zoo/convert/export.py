@@ -108,11 +108,14 @@ def skeleton(hf: dict[str, Any], untied: tuple[str, ...] = ()):
 
 
 def numbered(groups) -> tuple[common.IndexTensors, int]:
-  """Each group's names -> one int64 block of element numbers; the total."""
+  """Each group's names -> one block of element numbers (int32 while they
+  fit); the total."""
+  total = sum(int(np.prod(shape, dtype=np.int64)) for _, shape in groups)
+  dtype = np.int32 if total < 2**31 else np.int64  # half the memory
   tensors, offset = common.IndexTensors(), 0
   for names, shape in groups:
     size = int(np.prod(shape, dtype=np.int64))
-    block = np.arange(offset, offset + size, dtype=np.int64).reshape(shape)
+    block = np.arange(offset, offset + size, dtype=dtype).reshape(shape)
     for name in names:
       tensors[name] = block
     offset += size
