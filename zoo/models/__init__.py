@@ -33,6 +33,7 @@ FAMILIES = {
     "distilbert": "zoo.models.distilbert",
     "unilm": "zoo.models.unilm",
     "elmo": "zoo.models.elmo",
+    "xlnet": "zoo.models.xlnet",
 }
 
 
