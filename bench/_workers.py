@@ -12,6 +12,7 @@ are plain tuples of str, int and float.
 """
 
 import multiprocessing as mp
+import os
 import time
 from typing import Any, Callable
 
@@ -32,6 +33,9 @@ def _build(kind: str, spec: dict[str, Any]):
 
 
 def _serve(kind: str, spec: dict[str, Any], warmup: int, conn) -> None:
+  if spec.get("xla_flags"):  # before this fresh process starts jax
+    os.environ["XLA_FLAGS"] = " ".join(
+        [os.environ.get("XLA_FLAGS", ""), spec["xla_flags"]]).strip()
   try:
     fn, info = _build(kind, spec)
     for _ in range(warmup):
@@ -49,9 +53,10 @@ def _serve(kind: str, spec: dict[str, Any], warmup: int, conn) -> None:
 class Worker:
   """One run in a child process; `step()` runs one step there, blocking."""
 
-  def __init__(self, kind: str, spec: dict[str, Any], warmup: int):
+  def __init__(self, kind: str, spec: dict[str, Any], warmup: int,
+               label: str | None = None):
     ctx = mp.get_context("spawn")
-    self.label = f"{kind}_{spec['dtype']}"
+    self.label = label or f"{kind}_{spec['dtype']}"
     self._conn, child = ctx.Pipe()
     self._proc = ctx.Process(target=_serve, args=(kind, spec, warmup, child),
                              daemon=True)

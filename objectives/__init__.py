@@ -14,6 +14,7 @@ error) plus `model_args`, a dict of the family's Config overrides. Params
 are `{"model": <family params>, <head>: ...}`; `loss` takes them boxed or
 unboxed; `backbone(params)` returns `(family, config, params)` of the
 network fine-tuning starts from. Shared pieces live in `noise` (masks),
+`permutation` (XLNet's factorisation orders and two-stream masks),
 `transforms` (what a mask does to the text), `segments` (pairs, prefix
 splits), `common` (the `Scheme` skeleton, losses) and `encdec` (noise,
 inputs and targets functions combined into an encoder-decoder scheme, as
@@ -35,7 +36,8 @@ from typing import Any
 
 _REGISTRY: dict[str, type] = {}
 # Modules of shared pieces, not schemes: never imported by `names()`.
-_HELPERS = ("noise", "transforms", "segments", "common", "encdec")
+_HELPERS = ("noise", "transforms", "segments", "common", "encdec",
+            "permutation")
 # Other names of a scheme: `t5` is the T5 paper's choice, span corruption.
 ALIASES = {"t5": "t5_span"}
 _LOADED = False

@@ -30,6 +30,12 @@ what it sums, over the row's real (non-pad) pieces x_0 .. x_{n-1}:
 - "bidirectional_lm" (elmo): sum_{t>=1} log p_fwd(x_t | x_<t) plus
   sum_{t<n-1} log p_bwd(x_t | x_>t), the pairs `bilm` trains on (the
   forward LM predicts through the EOS, the backward LM from it).
+- "permutation_l2r" (xlnet): the left-to-right factorisation order of
+  `plm`, sum_{t>=1} log p(x_t | x_<t) over the ordinary pieces (those `plm`
+  predicts: EOS and markers are never its targets), in one pass a row:
+  `perm_mask[i, j] = 1` for j >= i and the query stream at every position
+  (`target_mapping` the identity). x_0 is not scored, as in "causal": its
+  query stream would see no piece at all.
 - "discriminator" (an ELECTRA discriminator): sum_t log sigmoid(-s_t) over
   every real piece (EOS, cls and sep included, as `electra` labels them),
   s_t the replaced-token logit (s_t > 0: "replaced"): the log-probability
@@ -56,7 +62,8 @@ CHUNK_TOKENS = 4096  # pieces per model call (rows x length)
 _BY_INTERFACE = {"decoder": "causal", "encoder": "pll",
                  "encdec": "sentinel", "lstm": "bidirectional_lm"}
 _ENCDEC = ("t5", "bart")  # encoder-decoders whose infilling format is known
-_WHOLE_ROW = ("causal", "bidirectional_lm", "discriminator")  # one pass a row
+_WHOLE_ROW = ("causal", "bidirectional_lm", "discriminator",
+              "permutation_l2r")  # one pass a row
 # Encoder families whose forward takes `logits_at` (the head runs there only).
 _LOGITS_AT = ("bert", "roberta", "albert", "distilbert", "unilm", "electra")
 
@@ -65,7 +72,8 @@ def method(family: str, config) -> str:
   """The scoring of a family under a config (see the module docstring).
 
   Returns:
-    "causal", "pll", "sentinel", "bidirectional_lm" or "discriminator".
+    "causal", "pll", "sentinel", "bidirectional_lm", "permutation_l2r" or
+    "discriminator".
 
   Raises:
     ValueError: the family is unknown or has no natural sentence score.
@@ -76,6 +84,8 @@ def method(family: str, config) -> str:
     if config.role not in roles:
       raise ValueError(f"electra role {config.role!r} has no sentence score")
     return roles[config.role]
+  if family == "xlnet":
+    return "permutation_l2r"
   how = _BY_INTERFACE.get(face)
   if how is None or (face == "encdec" and family not in _ENCDEC):
     raise ValueError(f"{family} ({face} interface) has no natural sentence "
@@ -108,6 +118,8 @@ def score_one(family, config, params, rows, at, specials):
   """float32 [C]: the scores of rows [C,T], whole rows or (for "pll" and
   "sentinel") the one piece at `at` [C] masked in each."""
   how = method(family, config)
+  if how == "permutation_l2r":
+    return _l2r_scores(family, config, params, rows, specials)
   if how in _WHOLE_ROW:
     return _row_scores(family, config, params, rows)
   fill = specials.sentinel(0) if family == "t5" and how == "sentinel" else (
@@ -212,6 +224,26 @@ def _row_scores(family, config, params, tokens):
   fwd = _token_logprobs(out["forward_logits"][:, :-1], feed[:, 1:])
   bwd = _token_logprobs(out["backward_logits"][:, 1:], feed[:, :-1])
   return jnp.where(nxt, fwd + bwd, 0.0).sum(1)
+
+
+@functools.partial(jax.jit, static_argnames=("family", "config",
+                                             "specials"))
+def _l2r_scores(family, config, params, tokens, specials):
+  """float32 [C]: "permutation_l2r" scores of tokens [C,T] (one pass)."""
+  model = models.get(family).Model(config)
+  real = tokens != config.pad_id
+  feed = _feed(tokens, config.pad_id)
+  t = tokens.shape[1]
+  later = jnp.arange(t)[None, :] >= jnp.arange(t)[:, None]  # [i, j]: j >= i
+  perm_mask = jnp.broadcast_to(later, tokens.shape + (t,))
+  mapping = jnp.broadcast_to(jnp.eye(t, dtype=jnp.float32),
+                             tokens.shape + (t,))
+  out = model.apply({"params": params}, feed,
+                    segment_ids=real.astype(jnp.int32), perm_mask=perm_mask,
+                    target_mapping=mapping)
+  lp = _token_logprobs(out["logits"], feed)
+  scored = real & noise.eligible(tokens, specials) & (jnp.arange(t) >= 1)
+  return jnp.where(scored, lp, 0.0).sum(1)
 
 
 @functools.partial(jax.jit, static_argnames=("family", "config"))

@@ -17,16 +17,14 @@ PREFERRED = {
     "nsp": "bert", "sop": "albert", "structbert": "bert",
     "quick_thought": "bert", "clm": "gpt2", "prefix_lm": "gpt2",
     "bilm": "elmo", "unilm": "unilm", "mass": "bart", "bart": "bart",
-    "electra": "electra",
+    "electra": "electra", "plm": "xlnet",
 }
 FALLBACK = ("bert", "gpt2", "t5", "bart", "electra", "elmo", "unilm",
             "albert")
 # Each model family's own scheme: its paper's (the first PREFERRED entry
-# naming it), T5's span corruption, MLM for RoBERTa and DistilBERT, and MLM
-# for XLNet until its permutation LM (`plm`, planned) is registered.
+# naming it), T5's span corruption, and MLM for RoBERTa and DistilBERT.
 FAMILY_SCHEME = {f: s for s, f in reversed(PREFERRED.items())}
-FAMILY_SCHEME.update(t5="t5_span", roberta="mlm", distilbert="mlm",
-                     xlnet="mlm")
+FAMILY_SCHEME.update(t5="t5_span", roberta="mlm", distilbert="mlm")
 
 
 def family_of(name: str) -> str:

@@ -51,8 +51,8 @@ Array = jax.Array
 # so "decoder" callers (causal scoring, greedy generation, clm without a
 # mask) would read the future. Encoder callers get what they expect:
 # bidirectional states for heads and probes, MLM logits, and clm through
-# its causal `mask`. `zoo.scoring` still scores encoders by mask-token
-# pseudo-likelihood; XLNet's own is the query stream's (`plm`'s to add).
+# its causal `mask`. `zoo.scoring` scores XLNet by its own query stream
+# in the left-to-right factorisation order ("permutation_l2r").
 INTERFACE = "encoder"
 
 
