@@ -22,9 +22,11 @@ PREFERRED = {
 FALLBACK = ("bert", "gpt2", "t5", "bart", "electra", "elmo", "unilm",
             "albert")
 # Each model family's own scheme: its paper's (the first PREFERRED entry
-# naming it), T5's span corruption, and MLM for RoBERTa and DistilBERT.
+# naming it), T5's span corruption, MLM for RoBERTa and DistilBERT, and
+# clm for Transformer-XL (its paper's LM, segment memory aside).
 FAMILY_SCHEME = {f: s for s, f in reversed(PREFERRED.items())}
-FAMILY_SCHEME.update(t5="t5_span", roberta="mlm", distilbert="mlm")
+FAMILY_SCHEME.update(t5="t5_span", roberta="mlm", distilbert="mlm",
+                     transfo_xl="clm")
 
 
 def family_of(name: str) -> str:

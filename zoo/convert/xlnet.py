@@ -41,7 +41,7 @@ def make_config(hf: dict[str, Any]) -> xlnet.Config:
 
 
 def layer(r: common.Reader, p: str) -> dict[str, Any]:
-  """One `xlnet.Layer` subtree from `layer.<i>.` (q/k/v/r/o are [D, N, H])."""
+  """One `relative.Layer` subtree from `layer.<i>.` (q/k/v/r/o are [D, N, H])."""
   a = p + "rel_attn."
   kernel = lambda name: {"kernel": r.get(a + name)}
   attention = {

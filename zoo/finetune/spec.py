@@ -13,7 +13,7 @@ MODES = ("full", "frozen", "adapters", "scalar_mix")
 HEAD_KINDS = ("class", "pair", "regression", "tags", "span")
 TAGGERS = ("linear", "bilstm")  # tagging heads (`heads.TokenTagger` kinds)
 # Backbones whose first position is no summary token: pool by mean.
-_MEAN_POOL = ("t5", "elmo", "gpt2")
+_MEAN_POOL = ("t5", "elmo", "gpt2", "transfo_xl")
 POOLS = ("auto", "cls", "mean")
 
 

@@ -34,6 +34,7 @@ FAMILIES = {
     "unilm": "zoo.models.unilm",
     "elmo": "zoo.models.elmo",
     "xlnet": "zoo.models.xlnet",
+    "transfo_xl": "zoo.models.transfo_xl",
 }
 
 

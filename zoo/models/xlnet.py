@@ -4,16 +4,10 @@ Yang et al. 2019, as Hugging Face's `XLNetLMHeadModel` runs it (attn_type
 "bi"). Token embeddings (no absolute positions, no norm), L post-LN layers
 (attention, MLP), an LM head tied to the token table plus a bias.
 
-Attention scores of query i against key j sum three terms, all scaled by
-1/sqrt(H):
-
-    content   (q_i + u) . k_j                 u: content_bias
-    position  (q_i + v) . W_r sin(d_ij)       v: position_bias
-    segment   (q_i + s) . e[t_i != t_j]       s: segment_bias, e: segment_embed
-
-d_ij is the distance from key to query (Transformer-XL's sinusoidal codes,
-optionally clamped); the segment term is relative too (same token type or
-not), and present only when `token_types` is given.
+Attention is Transformer-XL's relative attention (`zoo.models.relative`:
+content, position and segment terms) over distances both ways; the segment
+term is relative too (same token type or not), and present only when
+`token_types` is given.
 
 Two streams share every weight. The content stream h starts at the token
 embeddings, and query i always sees key i. The query stream g (only with
@@ -35,16 +29,16 @@ layers.
 """
 
 import dataclasses
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from zoo.models import bert
-from zoo.models import blocks
 from zoo.models import layers
 from zoo.models import masks
+from zoo.models import relative
 
 Array = jax.Array
 # Without perm_mask the content state at t has read x_t and what follows,
@@ -99,63 +93,7 @@ SIZES = {
 }
 
 
-class Context(NamedTuple):
-  """What every layer reads besides its streams (the same in each layer)."""
-  codes: Array  # [R, D] float32 relative position codes
-  rel_index: Array | None  # [B, T, S] int32 (positions given), else None
-  types_differ: Array | None  # [B, T, S] bool; None = no segment term
-  content_mask: Array  # [B, T, S] bool, True = may attend
-  query_mask: Array  # [B, T, S] bool
-  target_mapping: Array | None  # [B, K, T] float32; None = no query stream
-
-
-# ---------------------------------------------------- positions and masks ---
-
-
-def relative_codes(length: int, keys: int, features: int,
-                   clamp_len: int = -1) -> Array:
-  """float32 [R, D] sinusoidal codes of the distances S, S-1, ..., 1-T.
-
-  Args:
-    length: T queries.
-    keys: S = M + T keys.
-    features: D.
-    clamp_len: distances clamped to [-clamp_len, clamp_len] when > 0.
-  """
-  distance = jnp.arange(keys, -length, -1, dtype=jnp.float32)
-  if clamp_len > 0:
-    distance = jnp.clip(distance, -clamp_len, clamp_len)
-  return layers.sinusoidal(distance[None], features)[0]
-
-
-def relative_index(positions: Array, num_mems: int) -> Array:
-  """int32 [B, T, S]: column of `relative_codes` for each (query, key).
-
-  The distance of key j from query i is pos_i - pos_j (mems sit just
-  before the segment), clipped to the distances the codes cover.
-  """
-  b, t = positions.shape
-  q = positions + num_mems
-  mem_pos = jnp.broadcast_to(jnp.arange(num_mems, dtype=q.dtype),
-                             (b, num_mems))
-  k = jnp.concatenate([mem_pos, q], axis=1)
-  keys = num_mems + t
-  distance = jnp.clip(q[:, :, None] - k[:, None, :], 1 - t, keys)
-  return (keys - distance).astype(jnp.int32)
-
-
-def at_distance(scores: Array, rel_index: Array | None) -> Array:
-  """[B, N, T, R] scores against `relative_codes` -> [B, N, T, S], each
-  (query, key) pair's own distance.
-
-  Without `rel_index` query i and key j are M + i - j apart (column
-  T - i + j): Transformer-XL's shift, a reshape and a slice, no gather.
-  """
-  if rel_index is not None:
-    return jnp.take_along_axis(scores, rel_index[:, None], axis=-1)
-  b, n, t, r = scores.shape
-  shifted = scores.reshape(b, n, r, t)[:, :, 1:].reshape(b, n, t, r - 1)
-  return shifted[..., :r - t]
+# ---------------------------------------------------------------- masks ---
 
 
 def attention_masks(segments: Array, num_mems: int, mask: Array | None = None,
@@ -176,7 +114,7 @@ def attention_masks(segments: Array, num_mems: int, mask: Array | None = None,
     mask: [B|1, T, T] bool extra mask, True = may attend.
     perm_mask: [B, T, T] (bool, int or float), > 0 = may not attend.
   """
-  b, t = segments.shape
+  t = segments.shape[1]
   padding_query = (segments == 0)[:, :, None]
   query = masks.combine_masks(
       masks.segment_mask(segments) | (padding_query & (segments != 0)[:, None]),
@@ -184,9 +122,8 @@ def attention_masks(segments: Array, num_mems: int, mask: Array | None = None,
   if perm_mask is not None:
     query = query & ~(jnp.asarray(perm_mask) > 0)
   content = query | jnp.eye(t, dtype=bool)[None]
-  mems = jnp.ones((b, t, num_mems), bool)
-  return (jnp.concatenate([mems, content], axis=2),
-          jnp.concatenate([mems, query], axis=2))
+  return (relative.with_mems(content, num_mems),
+          relative.with_mems(query, num_mems))
 
 
 def types_differ(token_types: Array, num_mems: int) -> Array:
@@ -195,216 +132,6 @@ def types_differ(token_types: Array, num_mems: int) -> Array:
   keys = jnp.concatenate(
       [jnp.zeros((b, num_mems), token_types.dtype), token_types], axis=1)
   return token_types[:, :, None] != keys[:, None, :]
-
-
-def cache_states(states: Sequence[Array], mems: Sequence[Array] | None,
-                 mem_len: int, reuse_len: int) -> tuple[Array, ...]:
-  """The next segment's mems: L x [B, M', D], gradient-stopped.
-
-  Args:
-    states: each layer's input, L x [B, T, D].
-    mems: this call's mems, L x [B, M, D], or None.
-    mem_len: keep the last this many; 0 = all.
-    reuse_len: cache only the first this many of this call's; 0 = all.
-  """
-  out = []
-  for i, x in enumerate(states):
-    x = x[:, :reuse_len] if reuse_len > 0 else x
-    if mems is not None:
-      x = jnp.concatenate([mems[i], x], axis=1)
-    x = x[:, -mem_len:] if mem_len > 0 else x
-    out.append(jax.lax.stop_gradient(x))
-  return tuple(out)
-
-
-# ------------------------------------------------------------------ layers ---
-
-
-class RelativeAttention(nn.Module):
-  """Relative multi-head attention of both streams (shared weights).
-
-  Params: query/key/value/position kernels [D, N, H] (`embed, heads, kv`),
-  out [N, H, D], content_bias/position_bias/segment_bias [N, H],
-  segment_embed [2, N, H] (same type, different type). No biases on the
-  projections.
-
-  Attributes:
-    config: the model `Config`.
-    deterministic: no attention dropout when True.
-  """
-  config: Config
-  deterministic: bool = True
-
-  def _proj(self, name: str) -> layers.Dense:
-    c = self.config
-    return layers.Dense((c.num_heads, c.head_dim), ("embed", "heads", "kv"),
-                        use_bias=False, dtype=c.dtype, name=name)
-
-  @nn.compact
-  def __call__(self, h: Array, g: Array | None, mem: Array | None,
-               ctx: Context) -> tuple[Array, Array | None]:
-    """h [B, T, D], g [B, K, D] or None, mem [B, M, D] or None ->
-    attention outputs (h's [B, T, D], g's [B, K, D] or None), float32."""
-    c = self.config
-    nh = (c.num_heads, c.head_dim)
-    keys = h if mem is None else jnp.concatenate([mem, h], axis=1)
-    k, v = self._proj("key")(keys), self._proj("value")(keys)
-    k_r = self._proj("position")(ctx.codes)  # [R, N, H]
-    per_head = lambda name, lead=(): layers.param_with_axes(
-        self, name, layers.default_init, lead + nh,
-        ("classes",) * len(lead) + ("heads", "kv"))
-    biases = (per_head("content_bias"), per_head("position_bias"),
-              per_head("segment_bias"), per_head("segment_embed", (2,)))
-    core = lambda q, m: self._core(q, k, v, k_r, biases, m, ctx)
-    query, out = self._proj("query"), layers.Dense(
-        h.shape[-1], ("heads", "kv", "embed"), in_dims=2, use_bias=False,
-        dtype=c.dtype, name="out")
-    out_h = out(core(query(h), ctx.content_mask))
-    if g is None:
-      return out_h, None
-    dtype = layers.compute_dtype(c.dtype)
-    # Each prediction's query sits at its target's position (the
-    # reference's scatter onto T rows and gather back).
-    q_g = layers.einsum("bknh,bkt->btnh", query(g), ctx.target_mapping,
-                        dtype)
-    vec_g = layers.einsum("btnh,bkt->bknh", core(q_g, ctx.query_mask),
-                          ctx.target_mapping, dtype)
-    return out_h, out(vec_g)
-
-  def _core(self, q, k, v, k_r, biases, mask, ctx):
-    """q [B, T, N, H] at the T positions -> [B, T, N, H] float32."""
-    c = self.config
-    u, pos_bias, seg_bias, seg_embed = biases
-    dtype = layers.compute_dtype(c.dtype)
-    scale = c.head_dim ** -0.5
-    bias = at_distance(layers.einsum("btnh,rnh->bntr", q + pos_bias, k_r,
-                                     dtype), ctx.rel_index)
-    if ctx.types_differ is not None:
-      seg = layers.einsum("btnh,snh->bnts", q + seg_bias, seg_embed, dtype)
-      bias = bias + jnp.where(ctx.types_differ[:, None], seg[..., 1:],
-                              seg[..., :1])
-    dropout = None
-    if c.attention_dropout_rate > 0 and not self.deterministic:
-      dropout = layers.Dropout(c.attention_dropout_rate, deterministic=False)
-    return layers.attention(q + u, k, v, mask=mask, bias=bias * scale,
-                            scale=scale, dtype=c.dtype,
-                            impl=c.attention_impl, dropout=dropout)
-
-
-class Layer(nn.Module):
-  """One XLNet layer over both streams: attention, then the MLP, each
-  followed by dropout, an optional adapter, the residual and a LayerNorm.
-
-  Attributes:
-    config: the model `Config`.
-    deterministic: no dropout when True.
-  """
-  config: Config
-  deterministic: bool = True
-
-  @nn.compact
-  def __call__(self, h: Array, g: Array | None, mem: Array | None,
-               ctx: Context) -> tuple[Array, Array | None]:
-    """h [B, T, D], g [B, K, D] or None -> the same, float32."""
-    c = self.config
-    det = self.deterministic
-    drop = layers.Dropout(c.dropout_rate)
-    mlp = layers.Mlp(c.mlp_dim, c.activation, dropout_rate=c.dropout_rate,
-                     dtype=c.dtype, name="mlp")
-    norms = [layers.LayerNorm(c.norm_eps, name=f"{n}_norm")
-             for n in ("attention", "mlp")]
-    adapters = [layers.Adapter(c.adapter_dim, c.dtype, name=f"adapter_{n}")
-                if c.adapter_dim else None for n in ("attention", "mlp")]
-
-    def sublayer(x, y, i):
-      y = drop(y, deterministic=det)
-      y = adapters[i](y) if adapters[i] is not None else y
-      return norms[i](x + y)
-
-    def rest(x, attended):
-      x = sublayer(x, attended, 0)
-      return sublayer(x, mlp(x, det), 1)
-
-    attn_h, attn_g = RelativeAttention(c, det, name="attention")(h, g, mem,
-                                                                  ctx)
-    return rest(h, attn_h), None if g is None else rest(g, attn_g)
-
-
-def layer_class(remat) -> type[nn.Module]:
-  """`Layer`, recomputed in the backward pass as `remat` (blocks.REMAT)
-  says."""
-  name = blocks.remat_policy(remat)
-  if name == "none":
-    return Layer
-  policy = (jax.checkpoint_policies.dots_with_no_batch_dims_saveable
-            if name == "dots" else None)
-  return nn.remat(Layer, policy=policy)
-
-
-def _constrain(x: Array | None) -> Array | None:
-  return None if x is None else nn.with_logical_constraint(
-      x, blocks.ACTIVATION_AXES)
-
-
-class _ScanBody(nn.Module):
-  """Layer as a scan body: (h, g) carried, each layer's mem scanned."""
-  config: Config
-  deterministic: bool
-
-  @nn.compact
-  def __call__(self, carry, mem, ctx):
-    h, g = layer_class(self.config.remat)(
-        self.config, self.deterministic, name="block")(*carry, mem, ctx)
-    carry = (_constrain(h), _constrain(g))
-    return carry, carry
-
-
-class Stack(nn.Module):
-  """L layers, unrolled (`layer_<i>`) or as one scan (`layers/block`).
-
-  Attributes:
-    config: the model `Config`.
-  """
-  config: Config
-
-  @nn.compact
-  def __call__(self, h: Array, g: Array | None,
-               mems: Sequence[Array] | None, ctx: Context,
-               deterministic: bool = True):
-    """-> (L content states [B, T, D], L query states [B, K, D] or Nones)."""
-    c = self.config
-    h, g = _constrain(h), _constrain(g)
-    if c.scan_layers:
-      stacked = None if mems is None else jnp.stack(mems)
-      scan = nn.scan(
-          _ScanBody, variable_axes={"params": 0},
-          split_rngs={"params": True, "dropout": True},
-          in_axes=(0, nn.broadcast), length=c.num_layers,
-          metadata_params={nn.PARTITION_NAME: "layers"})
-      _, (hs, gs) = scan(c, deterministic, name="layers")((h, g), stacked,
-                                                           ctx)
-      unstack = lambda x: tuple(x) if x is not None else (None,) * len(hs)
-      return unstack(hs), unstack(gs)
-    cls, hs, gs = layer_class(c.remat), [], []
-    for i in range(c.num_layers):
-      mem = None if mems is None else mems[i]
-      h, g = cls(c, deterministic, name=f"layer_{i}")(h, g, mem, ctx)
-      h, g = _constrain(h), _constrain(g)
-      hs.append(h)
-      gs.append(g)
-    return tuple(hs), tuple(gs)
-
-
-class LmHead(nn.Module):
-  """Logits against the token table, plus a bias (`lm_loss` upstream)."""
-  vocab_size: int
-
-  @nn.compact
-  def __call__(self, h: Array, embed: layers.Embed) -> Array:
-    """h [B, T, D] -> [B, T, V] float32."""
-    bias = layers.param_with_axes(self, "bias", nn.initializers.zeros,
-                                  (self.vocab_size,), ("vocab",))
-    return embed.attend(h) + bias
 
 
 # ------------------------------------------------------------------- model ---
@@ -424,15 +151,7 @@ def _check_inputs(tokens, perm_mask, target_mapping, mems, logits_at,
   if target_mapping is not None and logits_at is not None:
     raise ValueError("pass target_mapping (query-stream logits) or "
                      "logits_at (content-stream logits), not both")
-  if mems is None:
-    return 0
-  shapes = {tuple(m.shape) for m in mems}
-  if len(mems) != config.num_layers or len(shapes) != 1 or (
-      next(iter(shapes))[::2] != (b, config.embed_dim)):
-    raise ValueError(f"mems must be {config.num_layers} arrays [B, M, D] "
-                     f"with B = {b}, D = {config.embed_dim}, one M; got "
-                     f"{len(mems)} of shapes {sorted(shapes)}")
-  return next(iter(shapes))[1]
+  return relative.check_mems(mems, config, b)
 
 
 class Model(nn.Module):
@@ -449,8 +168,8 @@ class Model(nn.Module):
     self.mask_embed = layers.param_with_axes(
         self, "mask_embed", layers.default_init, (c.embed_dim,), ("embed",))
     self.dropout = layers.Dropout(c.dropout_rate)
-    self.encoder = Stack(c)
-    self.lm_head = LmHead(c.vocab_size)
+    self.encoder = relative.Stack(c, segments=True)
+    self.lm_head = relative.LmHead(c.vocab_size)
 
   def __call__(self, tokens: Array, *, segment_ids: Array | None = None,
                token_types: Array | None = None,
@@ -484,7 +203,7 @@ class Model(nn.Module):
     Returns:
       "hidden" [B, T, D] (content stream), "layers" L+1 x [B, T, D]
       (embeddings first), "new_mems" L x [B, M', D] (each layer's input,
-      gradient-stopped, see `cache_states`), "logits" [B, T, V] or
+      gradient-stopped, see `relative.cache_states`), "logits" [B, T, V] or
       [B, K, V] (if return_logits), and with target_mapping
       "query_hidden" [B, K, D] and "query_layers" L+1 x [B, K, D]; all
       float32.
@@ -501,8 +220,8 @@ class Model(nn.Module):
                        deterministic=deterministic)
     hs, gs = self.encoder(h, g, mems, ctx, deterministic)
     out = {"hidden": hs[-1], "layers": (h,) + hs,
-           "new_mems": cache_states((h,) + hs[:-1], mems, c.mem_len,
-                                    c.reuse_len)}
+           "new_mems": relative.cache_states((h,) + hs[:-1], mems,
+                                             c.mem_len, c.reuse_len)}
     if g is not None:
       out["query_hidden"], out["query_layers"] = gs[-1], (g,) + gs
     if return_logits:
@@ -513,19 +232,20 @@ class Model(nn.Module):
     return out
 
   def _context(self, tokens, segment_ids, token_types, positions, mask,
-               perm_mask, target_mapping, num_mems, deterministic) -> Context:
+               perm_mask, target_mapping, num_mems,
+               deterministic) -> relative.Context:
     """The masks, codes and relations every layer reads."""
     c = self.config
     t = tokens.shape[1]
     segments = masks.real_segments(tokens, c.pad_id, segment_ids)
     content, query = attention_masks(segments, num_mems, mask, perm_mask)
     codes = self.dropout(
-        relative_codes(t, num_mems + t, c.embed_dim, c.clamp_len),
+        relative.relative_codes(t, num_mems + t, c.embed_dim, c.clamp_len),
         deterministic=deterministic)
-    return Context(
+    return relative.Context(
         codes=codes,
-        rel_index=(None if positions is None
-                   else relative_index(positions, num_mems)),
+        rel_index=(None if positions is None else relative.relative_index(
+            positions, num_mems, codes.shape[0])),
         types_differ=(None if token_types is None
                       else types_differ(token_types, num_mems)),
         content_mask=content, query_mask=query,
