@@ -6,6 +6,8 @@ import pathlib
 import ml_collections
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+# How documents become rows (the field `mode`; `data.loader`).
+MODES = ("packed", "stream")
 
 
 def data_dir() -> pathlib.Path:
@@ -42,8 +44,15 @@ def default_config() -> ml_collections.ConfigDict:
   c.shuffle_seed = ml_collections.FieldReference(None, field_type=int)
   # Passes over the split; 0: forever on "train", once on the other splits.
   c.num_epochs = 0
+  # How rows are cut, one of `MODES`: "packed" or "stream". Either
+  # way row r of every global batch continues row r of the step before (its
+  # own share of the documents, concatenated with EOS). "stream" reads every
+  # document whole, for models that carry memory across steps
+  # (Transformer-XL): `max_doc_rows` does not apply and a checkpoint's data
+  # state resumes only in the mode that saved it.
+  c.mode = "packed"
   # Documents longer than this many rows are truncated (and counted), so one
-  # giant document cannot fill a whole batch.
+  # giant document cannot fill a whole batch ("packed" mode only).
   c.max_doc_rows = 64
   # Where the embedded sample lives; "": `<data_dir()>/sample`.
   c.sample_dir = ""
@@ -65,3 +74,14 @@ def as_config(cfg) -> ml_collections.ConfigDict:
     else:
       out[key] = value
   return out
+
+
+def check_mode(cfg) -> None:
+  """Raises ValueError for an unknown `cfg.mode` or a stream of random rows.
+  """
+  if cfg.mode not in MODES:
+    raise ValueError(f"unknown data.mode {cfg.mode!r}; one of {MODES}")
+  if cfg.mode == "stream" and cfg.source == "synthetic":
+    raise ValueError("data.mode='stream' reads documents in order; the "
+                     "synthetic source's rows are independent random rows: "
+                     "use source sample, c4 or tfds")

@@ -13,6 +13,13 @@ step depends on the seed and the step only: a process reads just the rows
 it feeds, and 1 process or 64 see the same batches. The state (`get_state`)
 is JSON, keyed by global row, so a run resumes exactly, even on another
 number of processes (`restore`).
+
+Row r of step t + 1 therefore continues exactly where row r of step t
+stopped, in either mode (`data.config.MODES`): "packed" truncates
+documents longer than `max_doc_rows` rows, "stream" reads every document
+whole, for models that carry memory from one step to the next
+(Transformer-XL). The state names its mode; a state resumes only in the
+mode that saved it.
 """
 
 import collections
@@ -61,10 +68,11 @@ class Annotate(grain.transforms.Map):
   """`{"text", "bad"}` to the arrays of `annotate.annotate` plus `bad`.
 
   Control characters are replaced by spaces, an empty document yields no
-  tokens, a document over `max_tokens` is truncated; each is counted.
+  tokens, a document over `max_tokens` (None: no limit) is truncated; each
+  is counted.
   """
 
-  def __init__(self, tokenizer, max_tokens: int):
+  def __init__(self, tokenizer, max_tokens: int | None):
     self.tokenizer, self.max_tokens = tokenizer, max_tokens
 
   def map(self, element):
@@ -81,7 +89,7 @@ class Annotate(grain.transforms.Map):
       bad["empty"] = 1
       return {**empty, "bad": _bad_vector(bad)}
     doc = annotate_lib.annotate(self.tokenizer, text)
-    if len(doc["tokens"]) > self.max_tokens:
+    if self.max_tokens is not None and len(doc["tokens"]) > self.max_tokens:
       bad["long_doc_truncated"] = 1
       doc = {k: v[:self.max_tokens] for k, v in doc.items()}
     return {**doc, "bad": _bad_vector(bad)}
@@ -297,12 +305,15 @@ class PretrainLoader:
   Attributes:
     tokenizer: the tokenizer the ids come from.
     rows: the global rows this process reads, in the order of its batch.
+    mode: how the rows were cut, one of `data.config.MODES`.
     stats: Counter of bad input met so far (reason -> count), see `REASONS`.
   """
 
   def __init__(self, dataset: grain.IterDataset, tokenizer, rows, seq_len,
-               process: tuple[int, int] = (0, 1), workers: bool = False):
+               process: tuple[int, int] = (0, 1), workers: bool = False,
+               mode: str = "packed"):
     self.tokenizer, self.rows, self.seq_len = tokenizer, list(rows), seq_len
+    self.mode = mode
     self.batch_size, self.process = len(self.rows), process
     self.state_key = "grain" if workers else "slots"  # whose state it is
     self._it = iter(dataset)
@@ -336,13 +347,19 @@ class PretrainLoader:
       logging.warning("data: bad input %s (totals %s)", new, dict(self.stats))
 
   def get_state(self) -> dict:
-    """JSON state: the streams' states (or Grain's), the bad counts and
-    the batches read (`step`)."""
+    """JSON state: the streams' states (or Grain's; each row's place in
+    its stream), the bad counts, the batches read (`step`) and the mode."""
     return {self.state_key: self._it.get_state(), "stats": dict(self.stats),
-            "step": self.step}
+            "step": self.step, "mode": self.mode}
 
   def set_state(self, state: dict) -> None:
-    """Resumes exactly where `get_state` was taken."""
+    """Resumes exactly where `get_state` was taken (in the same mode)."""
+    saved = state.get("mode", "packed")  # states older than the modes
+    if saved != self.mode:
+      raise ValueError(
+          f"this data state was saved in data.mode={saved!r}; its rows "
+          f"cannot continue in data.mode={self.mode!r} (documents are cut "
+          f"differently): resume with data.mode={saved!r}")
     self._it.set_state(state[self.state_key])
     self.stats = collections.Counter(state.get("stats", {}))
     self.step = int(state.get("step", 0))
@@ -360,7 +377,8 @@ class PretrainLoader:
       rows = {r: v for s in states for r, v in s["slots"]["rows"].items()}
       self.set_state({"slots": {"turn": 0, "rows": rows},
                       "stats": self._stats_of(states),
-                      "step": states[0].get("step", 0)})
+                      "step": states[0].get("step", 0),
+                      "mode": states[0].get("mode", "packed")})
     elif len(states) == self.process[1]:
       self.set_state(states[self.process[0]])
     else:
@@ -415,6 +433,7 @@ def pretrain_loader(cfg, *, seq_len: int, batch_size: int, seed: int,
   if not 0 <= process_index < process_count:
     raise ValueError(f"process_index {process_index} outside "
                      f"[0, {process_count})")
+  config_lib.check_mode(cfg)
   if rows is None:
     rows = range(process_index * batch_size, (process_index + 1) * batch_size)
   if cfg.source == "synthetic":
@@ -428,13 +447,14 @@ def pretrain_loader(cfg, *, seq_len: int, batch_size: int, seed: int,
               batch_size * process_count, seq_len)
   return PretrainLoader(ds, tokenizer, rows, seq_len,
                         (process_index, process_count),
-                        workers=not isinstance(ds, Slots))
+                        workers=not isinstance(ds, Slots), mode=cfg.mode)
 
 
 def _slots(cfg, tokenizer, split, seed, rows, global_rows, seq_len):
   """The `Slots` of `rows`, read by Grain workers where the config asks."""
   source = None if cfg.source == "c4" else shuffled_source(cfg, split, seed)
-  annotate = Annotate(tokenizer, cfg.max_doc_rows * seq_len)
+  whole = cfg.mode == "stream"  # a stream reads every document to its end
+  annotate = Annotate(tokenizer, None if whole else cfg.max_doc_rows * seq_len)
   eos = tokenizer.specials()["eos"]
   ds = Slots({r: Pack(documents(cfg, split, seed, r, global_rows, source)
                       .map(annotate), seq_len, eos) for r in rows}, seq_len)

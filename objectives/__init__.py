@@ -37,7 +37,7 @@ from typing import Any
 _REGISTRY: dict[str, type] = {}
 # Modules of shared pieces, not schemes: never imported by `names()`.
 _HELPERS = ("noise", "transforms", "segments", "common", "encdec",
-            "permutation")
+            "permutation", "memory")
 # Other names of a scheme: `t5` is the T5 paper's choice, span corruption.
 ALIASES = {"t5": "t5_span"}
 _LOADED = False
@@ -97,6 +97,25 @@ class Objective(abc.ABC):
   def __call__(self, params, batch, rng, deterministic: bool = False):
     """`(loss, metrics)`: the same as `loss`."""
     return self.loss(params, batch, rng, deterministic)
+
+  def init_carry(self, batch_size: int, seq_len: int):
+    """What the scheme carries from one train step to the next, or None.
+
+    A scheme that carries something (a Transformer-XL's segment memory,
+    `objectives.memory`) returns its start value for a global batch of
+    `batch_size` rows of `seq_len` tokens, a pytree of arrays boxed with
+    logical axis names; the trainer keeps it in its state (`"memory"`),
+    checkpointed with the rest, and trains with `loss_carry`. The default
+    carries nothing: the step is a function of params, batch and rng.
+    """
+    del batch_size, seq_len
+    return None
+
+  def loss_carry(self, params, batch, rng, carry, deterministic: bool = False):
+    """`(loss, metrics, carry)`: `loss` reading the carry of the step
+    before and returning the next one (schemes with an `init_carry`)."""
+    raise NotImplementedError(f"objective {self.name!r} carries nothing "
+                              "across steps (init_carry is None)")
 
 
 def register(cls):

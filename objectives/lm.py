@@ -3,11 +3,18 @@
 Packed rows keep their documents apart: the models attend within equal
 `segment_ids` (the batch's `doc_ids`), positions restart at each document,
 and no position predicts across an EOS boundary.
+
+`clm` with `memory=True` (a Transformer-XL with mem_len > 0) also reads
+the states of the tokens its row's stream held before (`objectives.memory`,
+carried by the trainer from step to step).
 """
 
+import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 from objectives import common
+from objectives import memory as memory_lib
 from objectives import register
 from objectives import segments
 from objectives import transforms
@@ -22,10 +29,43 @@ def doc_inputs(batch):
 
 @register
 class CausalLM(common.Scheme):
-  """Next-token prediction. Encoder families run with a causal mask."""
+  """Next-token prediction. Encoder families run with a causal mask.
+
+  Options: `memory` carries a Transformer-XL's segment memory across train
+  steps (`init_carry`, `loss_carry`); `reset_memory_at_documents` lets a
+  query read only its own document's memory.
+  """
   name = "clm"
   interfaces = ("decoder", "encoder")
+  defaults = {"memory": False, "reset_memory_at_documents": True}
   model_overrides = {"nsp_head": False}
+
+  def setup(self):
+    if self.options["memory"]:
+      memory_lib.check(self.family, self.config)
+
+  def init_carry(self, batch_size, seq_len):
+    """The empty memory (`memory=True`), else None."""
+    if not self.options["memory"]:
+      return None
+    return memory_lib.zeros(self.config, batch_size)
+
+  def loss_carry(self, params, batch, rng, carry, deterministic=False):
+    """`loss` reading the memory `carry`; also returns the next memory."""
+    params = nn.meta.unbox(params)
+    _, k_drop, k_score = jax.random.split(rng, 3)  # as `loss` splits them
+    inputs = common.as_batch(batch)
+    args, kw = self.model_inputs(inputs)
+    kw["mems"] = list(carry["mems"])
+    kw["mem_mask"] = memory_lib.visible(
+        carry, inputs["doc_ids"], self.options["reset_memory_at_documents"])
+    outputs = self.apply(params, *args, rng=k_drop,
+                         deterministic=deterministic, **kw)
+    parts = self.score(params, inputs, outputs, k_score, deterministic)
+    loss, metrics = common.combine(parts, self.part_weights)
+    return loss, metrics, memory_lib.advance(
+        carry, outputs["new_mems"], inputs["tokens"], inputs["doc_ids"],
+        self.specials.eos)
 
   def corrupt(self, batch, rng):
     return batch

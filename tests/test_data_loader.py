@@ -10,6 +10,7 @@ import data
 from data import batch as batch_lib
 from data import c4
 from data import loader as loader_lib
+from data import packing
 from data import sample
 
 SAMPLE = {"source": "sample"}
@@ -248,3 +249,87 @@ def test_tfds_source_by_name_and_missing_dataset():
   with pytest.raises(FileNotFoundError, match="tfds build no_such_set"):
     data.pretrain_loader({**cfg, "tfds_name": "no_such_set"}, seq_len=8,
                          batch_size=1, seed=0)
+
+
+STREAM = {**SAMPLE, "mode": "stream"}
+
+
+def _stream_of_row(cfg, tokenizer, seed, row, rows, length):
+  """The first `length` tokens of row `row`'s stream, built directly: its
+  share of the documents, each closed by EOS, concatenated."""
+  source = loader_lib.shuffled_source(cfg, "train", seed)
+  docs = loader_lib.documents(cfg, "train", seed, row, rows, source).map(
+      loader_lib.Annotate(tokenizer, None))
+  eos, out = tokenizer.specials()["eos"], []
+  for doc in docs:
+    if len(doc["tokens"]):
+      out.extend(packing.close_document(doc, eos)["tokens"])
+    if len(out) >= length:
+      return np.array(out[:length], np.int32)
+  raise AssertionError("the stream ended")
+
+
+def test_stream_row_continues_where_it_stopped():
+  ld = data.pretrain_loader(STREAM, seq_len=32, batch_size=3, seed=5)
+  steps = [next(ld) for _ in range(8)]
+  eos = ld.tokenizer.specials()["eos"]
+  for r in range(3):
+    got = np.concatenate([b["tokens"][r] for b in steps])
+    want = _stream_of_row(STREAM, ld.tokenizer, 5, r, 3, len(got))
+    np.testing.assert_array_equal(got, want)
+  continued = 0
+  for before, after in zip(steps, steps[1:]):
+    for row in _rows(after):
+      batch_lib.check_row(row)  # doc_ids restart at 1 in every row
+    # A row's first document is the one the row before left open, unless
+    # that one ended with EOS.
+    open_ = before["tokens"][:, -1] != eos
+    same = before["doc_keys"][:, -1] == after["doc_keys"][:, 0]
+    assert (same[open_]).all()
+    continued += open_.sum()
+  assert continued > 0
+
+
+def _c4_long(tmp_path):
+  texts = ["A short first document.", "Long text goes on. " * 200,
+           "The short last one."]
+  _write_c4(tmp_path, "train", [texts])
+  return {"source": "c4", "path": str(tmp_path), "num_epochs": 1,
+          "max_doc_rows": 1}
+
+
+def test_stream_reads_long_documents_whole(tmp_path):
+  cfg = _c4_long(tmp_path)
+  packed = data.pretrain_loader(cfg, seq_len=16, batch_size=1, seed=0)
+  stream = data.pretrain_loader({**cfg, "mode": "stream"}, seq_len=16,
+                                batch_size=1, seed=0)
+  cut, whole = list(packed), list(stream)
+  assert dict(packed.stats) == {"long_doc_truncated": 1}
+  assert not stream.stats and len(whole) > len(cut) + 20
+  ids = np.concatenate([b["tokens"][0] for b in whole])
+  text = stream.tokenizer.decode(ids[ids != 0])
+  assert text.count("goes on") == 200 and "short last" in text
+
+
+def test_stream_resumes_mid_stream_on_any_process_count():
+  want, _ = _global_batches(STREAM, 1, 9)
+  _, two = _global_batches(STREAM, 2, 4)
+  states = [ld.get_state() for ld in two]
+  assert all(s["mode"] == "stream" for s in states)
+  for procs in (1, 2, 4):
+    got, _ = _global_batches(STREAM, procs, 5, states=states)
+    for a, b in zip(want[4:], got):
+      np.testing.assert_array_equal(a, b)
+
+
+def test_stream_mode_errors():
+  ld = data.pretrain_loader(STREAM, seq_len=32, batch_size=2, seed=3)
+  packed = data.pretrain_loader(SAMPLE, seq_len=32, batch_size=2, seed=3)
+  with pytest.raises(ValueError, match="saved in data.mode='packed'"):
+    ld.restore([packed.get_state()])
+  with pytest.raises(ValueError, match="unknown data.mode 'rows'"):
+    data.pretrain_loader({**SAMPLE, "mode": "rows"}, seq_len=8,
+                         batch_size=1, seed=0)
+  with pytest.raises(ValueError, match="synthetic source's rows are"):
+    data.pretrain_loader({"source": "synthetic", "mode": "stream"},
+                         seq_len=8, batch_size=1, seed=0)

@@ -7,6 +7,10 @@ The train state is a dict of jax Arrays:
   bad_step: int32 scalar, the first step whose loss or gradient was not
     finite (-1: none yet). Such a step leaves params and optimizer as they
     were, so the host can stop (or go on) without losing a good state.
+  memory: only for an objective that carries something across steps
+    (`Objective.init_carry` not None, e.g. `clm` with `memory=True`): what
+    it carries, sharded by its logical axes and checkpointed like the rest.
+    Every other objective's state and checkpoints have no such key.
 """
 
 import dataclasses
@@ -19,6 +23,7 @@ import optax
 
 import objectives
 from data import batch as batch_lib
+from data import config as data_config
 from data.synthetic import SyntheticLoader
 from zoo import accumulate
 from zoo import config as config_lib
@@ -49,6 +54,7 @@ def build_loader(config, split: str, batch_size: int, seed: int,
   kwargs = dict(seq_len=int(config.seq_len), batch_size=batch_size, seed=seed,
                 process_index=jax.process_index(),
                 process_count=jax.process_count(), rows=rows)
+  data_config.check_mode(data_config.as_config(config.data))
   if config.data.source == "synthetic":
     if split != "train":
       kwargs["seed"] = seed + 1_000_003  # held-out rows, never trained on
@@ -172,9 +178,13 @@ def setup_state(objective, tx, config, mesh) -> Setup:
 
   def init_boxed(rng):
     params = objective.init(rng, example)
-    return {"step": jnp.zeros((), jnp.int32), "params": params,
-            "opt_state": tx.init(params),
-            "bad_step": jnp.full((), -1, jnp.int32)}
+    state = {"step": jnp.zeros((), jnp.int32), "params": params,
+             "opt_state": tx.init(params),
+             "bad_step": jnp.full((), -1, jnp.int32)}
+    carry = objective.init_carry(int(config.batch_size), int(config.seq_len))
+    if carry is not None:
+      state["memory"] = carry
+    return state
 
   boxed = jax.eval_shape(init_boxed, jax.random.key(0))
   shardings = sharding.logical_shardings(boxed, mesh, rules)
@@ -251,6 +261,28 @@ def accumulated_grads(objective, params, batch, rng, micro: int, mesh, rules):
   return grads, loss / weight, metrics
 
 
+def carried_grads(objective, params, batch, rng, carry):
+  """Grads, loss, metric sums and the next carry of an objective that
+  carries something across steps (`Objective.loss_carry`; one microbatch).
+  """
+  def f(p):
+    loss, metrics, new = objective.loss_carry(p, batch, rng, carry,
+                                              deterministic=False)
+    return loss, (metrics, new)
+  (loss, (metrics, new)), grads = jax.value_and_grad(f, has_aux=True)(params)
+  return grads, loss, metrics, new
+
+
+def step_grads(objective, state, batch, rng, micro: int, mesh, rules):
+  """`(grads, loss, metrics, carry)` of one step: the carry is the next
+  `state["memory"]`, or None for an objective that carries nothing."""
+  if "memory" in state:
+    return carried_grads(objective, state["params"], batch, rng,
+                         state["memory"])
+  return (*accumulated_grads(objective, state["params"], batch, rng, micro,
+                             mesh, rules), None)
+
+
 def init_rng(seed: int) -> jax.Array:
   """The key params are initialized from."""
   return jax.random.split(jax.random.key(seed))[0]
@@ -282,15 +314,19 @@ def make_train_step(objective, tx, config, setup: Setup, lr_fn):
 
   `batch` holds global int32 `[B, T]` arrays; `metrics` the objective's
   sums plus per-step `step_loss`, `grad_norm`, `lr`, `steps` (=1) and
-  `nonfinite` (1 when the update was not applied).
+  `nonfinite` (1 when the update was not applied; a carried `memory` then
+  stays as it was too).
   """
   micro, seed = int(config.microbatches), int(config.seed)
+  if "memory" in setup.abstract and micro > 1:
+    raise ValueError(f"objective {config.objective!r} carries a memory from "
+                     f"step to step, row by row; it trains with "
+                     f"microbatches=1, not {micro}")
 
   def step(state, batch):
     rng = jax.random.fold_in(step_root(seed), state["step"])
-    grads, loss, metrics = accumulated_grads(
-        objective, state["params"], batch, rng, micro, setup.mesh,
-        setup.rules)
+    grads, loss, metrics, carry = step_grads(
+        objective, state, batch, rng, micro, setup.mesh, setup.rules)
     grad_norm = optax.tree.norm(grads)
     ok = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     params, opt_state = guarded_update(tx, ok, grads, state["params"],
@@ -299,6 +335,9 @@ def make_train_step(objective, tx, config, setup: Setup, lr_fn):
                     state["bad_step"])
     new = {"step": state["step"] + 1, "params": params,
            "opt_state": opt_state, "bad_step": bad}
+    if carry is not None:
+      new["memory"] = jax.tree_util.tree_map(
+          lambda n, o: jnp.where(ok, n, o), carry, state["memory"])
     metrics = dict(metrics, step_loss=loss, grad_norm=grad_norm,
                    lr=lr_fn(state["step"]), steps=jnp.float32(1),
                    nonfinite=(~ok).astype(jnp.float32))

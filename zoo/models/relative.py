@@ -109,11 +109,14 @@ def at_distance(scores: Array, rel_index: Array | None, keys: int) -> Array:
   return shifted[..., :keys]
 
 
-def with_mems(mask: Array, num_mems: int) -> Array:
+def with_mems(mask: Array, num_mems: int,
+              mem_mask: Array | None = None) -> Array:
   """[B, T, T] bool self-attention mask -> [B, T, M + T]: every query also
-  sees every mem."""
+  sees every mem, or those `mem_mask` [B, T, M] (True = may attend) allows."""
   b, t = mask.shape[:2]
-  return jnp.concatenate([jnp.ones((b, t, num_mems), bool), mask], axis=2)
+  mems = (jnp.ones((b, t, num_mems), bool) if mem_mask is None
+          else jnp.broadcast_to(mem_mask, (b, t, num_mems)))
+  return jnp.concatenate([mems, mask], axis=2)
 
 
 def check_mems(mems: Sequence[Array] | None, config, batch: int) -> int:

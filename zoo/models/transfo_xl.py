@@ -79,20 +79,23 @@ SIZES = {
 
 
 def attention_mask(segments: Array, num_mems: int, mask: Array | None = None,
-                   prefix: Array | None = None) -> Array:
-  """bool [B, T, S], True = may attend: every mem, and the real keys of the
-  query's document up to it (or its whole prefix, where `prefix` is given).
+                   prefix: Array | None = None,
+                   mem_mask: Array | None = None) -> Array:
+  """bool [B, T, S], True = may attend: every mem (or those `mem_mask`
+  allows), and the real keys of the query's document up to it (or its
+  whole prefix, where `prefix` is given).
 
   Args:
     segments: [B, T] int document ids, 0 = padding.
     num_mems: M.
     mask: [B|1, T, T] bool extra mask, AND-ed in.
     prefix: [B, T] bool, each document's prefix (`masks.prefix_lm_mask`).
+    mem_mask: [B, T, M] bool, the mems each query may see; None = all.
   """
   order = (masks.causal_mask(segments.shape[1]) if prefix is None
            else masks.prefix_lm_mask(prefix))
   own = masks.document_mask(segments, masks.combine_masks(mask, order))
-  return relative.with_mems(own, num_mems)
+  return relative.with_mems(own, num_mems, mem_mask)
 
 
 class Model(nn.Module):
@@ -114,6 +117,7 @@ class Model(nn.Module):
                positions: Array | None = None, mask: Array | None = None,
                prefix: Array | None = None,
                mems: Sequence[Array] | None = None,
+               mem_mask: Array | None = None,
                deterministic: bool = True, return_logits: bool = True,
                logits_at: Array | None = None) -> dict:
     """Runs the decoder over one segment.
@@ -129,6 +133,8 @@ class Model(nn.Module):
       prefix: [B, T] bool, each document's prefix, seen both ways (a
         prefix LM, as gpt2's); None = causal everywhere.
       mems: L x [B, M, D] float32, an earlier call's "new_mems".
+      mem_mask: [B, T, M] bool, the mems each query may see (a training
+        memory that is still empty, or of another document); None = all.
       deterministic: no dropout when True.
       return_logits: compute "logits".
       logits_at: [B, K] int32 positions: logits there only ([B, K, V]).
@@ -145,7 +151,7 @@ class Model(nn.Module):
     if mems is not None:  # read-only, even when the caller's carry grads
       mems = [jax.lax.stop_gradient(x) for x in mems]
     ctx = self._context(tokens, segment_ids, positions, mask, prefix, m,
-                        deterministic)
+                        mem_mask, deterministic)
     h = self.dropout(self.token(tokens) * c.embed_dim ** 0.5,
                      deterministic=deterministic)
     hs, _ = self.decoder(h, None, mems, ctx, deterministic)
@@ -159,7 +165,7 @@ class Model(nn.Module):
     return out
 
   def _context(self, tokens, segment_ids, positions, mask, prefix,
-               num_mems, deterministic) -> relative.Context:
+               num_mems, mem_mask, deterministic) -> relative.Context:
     """The mask and relative codes every layer reads."""
     c = self.config
     t = tokens.shape[1]
@@ -173,4 +179,5 @@ class Model(nn.Module):
         codes=codes,
         rel_index=(None if positions is None else relative.relative_index(
             positions, num_mems, codes.shape[0])),
-        content_mask=attention_mask(segments, num_mems, mask, prefix))
+        content_mask=attention_mask(segments, num_mems, mask, prefix,
+                                    mem_mask))
