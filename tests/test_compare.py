@@ -17,7 +17,7 @@ import objectives
 from configs.compare import demo, family, smoke, t5_tables
 import flax.linen as nn
 
-from zoo import models, train_lib
+from zoo import checkpoint, models, train_lib
 from zoo.harness import cells
 from zoo.harness import run as harness_run
 from tests.child_env import REPO, child_env
@@ -117,6 +117,24 @@ def test_smoke_grid_runs_end_to_end_and_resumes_after_sigkill(tmp_path,
   # A finished grid reruns from what is on disk alone.
   _, err = _finish(_harness(killed, cache))
   assert "resumed from step" not in err and _results(killed) == results
+
+
+def test_transfo_xl_memory_row_is_read_by_every_view(tmp_path):
+  """The family grid's Transformer-XL row: pre-trained carrying its memory,
+  then read by every view beside its own random init."""
+  grid = smoke.get_config()
+  grid.cells = [dict(c) for c in family.EXTRA]
+  results = harness_run.run(grid, str(tmp_path))
+  rows = {r["name"]: r for r in results["rows"]}
+  assert list(rows) == ["clm_memory", "random_transfo_xl"]
+  ckpt = os.path.join(tmp_path, "cells", "clm_memory")
+  state, _ = checkpoint.restore_replicated(ckpt)
+  assert np.asarray(state["memory"]["valid"]).any()  # it carried one
+  for row in rows.values():
+    assert set(row["views"]) == {"minimal_pairs", "probe", "few_shot"}
+    for view in row["views"].values():
+      mean, low, high = view["average"]
+      assert 0 <= low <= mean <= high <= 100
 
 
 def test_flops_estimate_charges_electra_and_bart_more_than_mlm():
@@ -242,6 +260,9 @@ def test_shipped_grids_are_valid():
   assert objectives.aliases() == {"t5": "t5_span"}
   schemes = set(objectives.names()) - set(objectives.aliases())
   assert {c["objective"] for c in fam.cells} == schemes
+  memory = [c for c in cells.parse_cells(fam) if c.model == "transfo_xl"]
+  assert [(c.name, c.objective_args) for c in memory] == [
+      ("clm_memory", {"memory": True}), ("random_transfo_xl", {})]
   with pytest.raises(ValueError, match="tokens="):
     demo.get_config("steps=3")
 

@@ -264,6 +264,24 @@ def test_pooling_defaults_per_family_and_can_be_chosen(tok, topic):
   assert not np.allclose(np.asarray(by_cls), np.asarray(by_mean))
 
 
+def test_xlnet_pools_its_last_piece_and_reads_pair_types(tok, topic):
+  spec = finetune.make_spec("xlnet", _config(tok, "xlnet"), topic)
+  assert spec.pool == "last"
+  params = finetune.init_params(spec, None, 16, jax.random.key(0))
+  batch = {"tokens": np.asarray([[4, 9, 10, 11, 0, 0]] * 2, np.int32),
+           "token_types": np.zeros((2, 6), np.int32)}
+  batch["token_types"][1, 2:4] = 1  # row 1 is a pair: its types differ
+  hidden = finetune_steps.backbone_outputs(spec, params["backbone"], batch,
+                                           deterministic=True)["hidden"]
+  model = models.get("xlnet").Model(spec.config)
+  run = lambda **kw: model.apply({"params": params["backbone"]},
+                                 batch["tokens"], return_logits=False,
+                                 **kw)["hidden"]
+  np.testing.assert_array_equal(hidden, run(token_types=batch["token_types"]))
+  assert np.abs(np.asarray(hidden - run())).max() > 0  # the types count
+  assert not models.reads_token_types("gpt2", _config(tok, "gpt2"))
+
+
 QUESTION_TYPES = ["ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"]
 
 

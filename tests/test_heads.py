@@ -38,13 +38,16 @@ def test_pool_mean_ignores_padding_and_cls_takes_first():
   for b, n in enumerate(LENGTHS):
     np.testing.assert_allclose(mean[b], h[b, :n].mean(0), rtol=1e-5)
   np.testing.assert_array_equal(heads.pool(h, MASK, "cls"), h[:, 0])
+  last = heads.pool(h, MASK, "last")
+  for b, n in enumerate(LENGTHS):
+    np.testing.assert_array_equal(last[b], h[b, n - 1])
   with pytest.raises(ValueError, match="unknown pooling 'max'"):
     heads.pool(h, MASK, "max")
   with pytest.raises(ValueError, match="mask shape"):
     heads.pool(h, MASK[:, :3], "mean")
 
 
-@pytest.mark.parametrize("pool", ["cls", "mean"])
+@pytest.mark.parametrize("pool", ["cls", "last", "mean"])
 def test_sequence_classifier_shapes_and_padding(pool):
   head = heads.SequenceClassifier(5, pool=pool, pre_dense=True)
   h = _hidden()

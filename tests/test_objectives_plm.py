@@ -219,3 +219,27 @@ def test_zoo_load_scores_an_xlnet_plm_workdir(tmp_path):
   want = scoring.score("xlnet", m.config, m.params, m.batch(texts[:1]),
                        m.tokenizer.specials())
   np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-4)
+
+
+def test_sharded_plm_step_equals_one_device():
+  from configs import xlnet_plm  # pylint: disable=import-outside-toplevel
+  from tests.test_train import _one_device, _pieces  # pylint: disable=import-outside-toplevel
+  from zoo import sharding, train_lib  # pylint: disable=import-outside-toplevel
+  config = xlnet_plm.get_config("tiny,batch_size=8,seq_len=32,steps=2")
+  results = []
+  for mesh in (sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2}),
+               _one_device()):
+    loader, setup, step = _pieces(config, mesh)
+    state = setup.init(train_lib.init_rng(0))
+    with sharding.activate(mesh, setup.rules):
+      for _ in range(2):
+        state, metrics = step(state, train_lib.global_batch(
+            next(loader), setup.batch_sharding, 8))
+    results.append((jax.device_get(state["params"]),
+                    float(metrics["step_loss"]),
+                    float(metrics["weight_sum"])))
+  (params, loss, weight), (params1, loss1, weight1) = results
+  assert weight == weight1 > 0  # the same permutations and targets
+  np.testing.assert_allclose(loss, loss1, rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(params1)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)

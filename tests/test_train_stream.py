@@ -141,6 +141,28 @@ def test_memory_errors():
     _pieces(config, _one_device(), objectives.Specials(vocab_size=8000))
 
 
+def test_evaluation_carries_the_memory(tmp_path):
+  config = _config(True, dropout_rate=0.0)
+  config.update(steps=2, checkpoint_every=2, eval_steps=3, eval_every=0,
+                log_every=2)
+  config.data.mode = "packed"  # rows continue across steps either way
+  final = train.train(config, str(tmp_path))
+  again = train.evaluate(config, str(tmp_path), batches=3)
+  # The trainer's evaluation is the public one: the memory starts empty.
+  np.testing.assert_allclose(final["eval_loss"], again["loss"], rtol=1e-6)
+  readings = {}
+  for mem_len in (0, 32, 96):
+    c = _config(mem_len > 0, dropout_rate=0.0, mem_len=max(mem_len, 1))
+    c.data.mode = "packed"
+    readings[mem_len] = train.evaluate(c, str(tmp_path), batches=3)
+  targets = {r["weight_sum"] for r in readings.values()}
+  assert len(targets) == 1 and targets.pop() > 0  # the same targets
+  losses = [readings[m]["loss"] for m in (0, 32, 96)]
+  assert len(set(np.round(losses, 6))) == 3  # memory changes what it reads
+  one = train.evaluate(c, str(tmp_path), batches=1)
+  assert one["weight_sum"] < readings[96]["weight_sum"]
+
+
 def _command(workdir, memory, *flags):
   return [sys.executable, TOY, f"--config={CONFIG}:{ARG}",
           f"--workdir={workdir}", "--config.data.mode=stream",

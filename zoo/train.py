@@ -4,7 +4,9 @@
         [--config.steps=100 ...] \\
         [--coordinator_address HOST:PORT --num_processes N --process_id I]
 
-Or from Python: `train(config, workdir) -> dict of final metrics`.
+Or from Python: `train(config, workdir) -> dict of final metrics`, and
+`evaluate(config, workdir)`: a checkpoint's validation metrics under a config
+(a Transformer-XL read with another memory length, say).
 
 A rerun of the same command in the same workdir resumes from the latest
 complete checkpoint, exactly: params, optimizer, step, and the data stream.
@@ -24,7 +26,7 @@ from tqdm import tqdm
 from zoo import checkpoint as ckpt_lib
 from zoo import compile_cache
 from zoo import config as config_lib
-from zoo import distributed, optim, sharding
+from zoo import distributed, loading, optim, sharding
 from zoo import train_lib as lib
 from zoo.metrics_log import MetricsLog, summarize
 from zoo.plan import chips as chips_lib
@@ -33,6 +35,44 @@ from zoo.plan import flops
 # Wall-clock figures of the train log: they differ between two runs of the
 # same config (and between a run and its resumption).
 SPEED_KEYS = ("tokens_per_s", "tokens_per_s_per_chip", "mfu")
+
+
+class _Evaluator:
+  """Passes over the validation split from its start, each the same rows.
+
+  A memory the objective carries (Transformer-XL) starts empty at the
+  start of each pass and goes on from batch to batch, as in training.
+  """
+
+  def __init__(self, config, setup, eval_step, loader):
+    self.setup, self.step, self.loader = setup, eval_step, loader
+    self.rows = int(config.batch_size)
+    self.seq_len = int(config.seq_len)
+    self.start = loader.get_state()
+
+  def __call__(self, params, batches: int) -> dict[str, float]:
+    """Summarized metric sums of the first `batches` batches (fewer when
+    the split runs out first)."""
+    self.loader.set_state(self.start)
+    acc, carry = None, lib.empty_carry(self.setup)
+    local_rows = self.rows // jax.process_count()
+    for index in range(batches):
+      local = next(self.loader, None)
+      # Every process runs the same steps (each one is a collective): one
+      # whose share of the split ran out feeds padding rows (weight 0)
+      # until every share has.
+      if not any(distributed.allgather_json(local is not None)):
+        break  # a split shorter than `batches` batches
+      if local is None:
+        local = lib.example_batch(self.seq_len, local_rows)
+        local = {k: np.zeros_like(v) for k, v in local.items()}
+      batch = lib.global_batch(local, self.setup.batch_sharding, self.rows)
+      metrics, carry = self.step(params, batch, index, carry)
+      acc = metrics if acc is None else lib.add_metrics(acc, metrics)
+    if acc is None:
+      raise ValueError("the validation split yielded no batch; set "
+                       "config.eval_steps=0 to train without evaluation")
+    return summarize(jax.device_get(acc))
 
 
 class _Run:
@@ -60,7 +100,7 @@ class _Run:
     self.ckpt = ckpt_lib.Checkpointer(
         workdir, keep=int(config.keep_checkpoints))
     self.log = MetricsLog(workdir, enabled=distributed.is_main())
-    self.valid = self.valid_start = None
+    self.valid = None  # an _Evaluator, built at the first evaluation
     self.flops = None  # matmul FLOPs of one step, counted at the first one
 
   def start(self):
@@ -102,30 +142,13 @@ class _Run:
 
   def evaluate(self, params) -> dict[str, float]:
     """Metrics over the first `eval_steps` validation batches."""
-    config = self.config
     if self.valid is None:
-      self.valid = lib.build_loader(config, "validation", self.local_rows,
-                                    int(config.seed), self.feeds)
-      self.valid_start = self.valid.get_state()
-    self.valid.set_state(self.valid_start)
-    acc = None
-    for index in range(int(config.eval_steps)):
-      local = next(self.valid, None)
-      # Every process runs the same steps (each one is a collective): one
-      # whose share of the split ran out feeds padding rows (weight 0)
-      # until every share has.
-      if not any(distributed.allgather_json(local is not None)):
-        break  # a split shorter than eval_steps batches
-      if local is None:
-        local = lib.example_batch(int(config.seq_len), self.local_rows)
-        local = {k: np.zeros_like(v) for k, v in local.items()}
-      batch = lib.global_batch(local, self.setup.batch_sharding, self.rows)
-      metrics = self.eval_step(params, batch, index)
-      acc = metrics if acc is None else lib.add_metrics(acc, metrics)
-    if acc is None:
-      raise ValueError("the validation split yielded no batch; set "
-                       "config.eval_steps=0 to train without evaluation")
-    return summarize(jax.device_get(acc))
+      self.valid = _Evaluator(self.config, self.setup, self.eval_step,
+                              lib.build_loader(self.config, "validation",
+                                               self.local_rows,
+                                               int(self.config.seed),
+                                               self.feeds))
+    return self.valid(params, int(self.config.eval_steps))
 
   def loop(self, state, step: int) -> dict[str, float]:
     """Trains from `step` to `config.steps`; returns the last metrics."""
@@ -215,6 +238,43 @@ def train(config, workdir: str) -> dict[str, float]:
       return run.loop(state, step)
   finally:
     run.close()
+
+
+def evaluate(config, workdir: str, step: int | None = None,
+             batches: int | None = None) -> dict[str, float]:
+  """Validation metrics of a workdir's checkpoint, read under `config`.
+
+  `config` is usually the run's own (`zoo.checkpoint.read_config`) with
+  something changed that its params do not depend on: a Transformer-XL
+  read with a longer memory (`model_args.mem_len`) or with none
+  (`objective_args.memory=False`). Reads one pass over the validation
+  split, or its first `batches` batches; a carried memory starts empty.
+  One process (params are restored whole, then sharded).
+
+  Returns:
+    The summarized sums, as `train` logs them: `loss` (mean per target),
+    the objective's ratios, `steps`.
+  """
+  config = config_lib.complete(config)
+  if jax.process_count() > 1:
+    raise ValueError("zoo.train.evaluate runs in one process; evaluate a "
+                     "multi-process run through config.eval_steps")
+  mesh = sharding.make_mesh(config.mesh)
+  lib.check_config(config, mesh)
+  rows = int(config.batch_size)
+  loader = lib.build_loader(config, "validation", rows, int(config.seed),
+                            sharding.process_rows(mesh, config.rules, rows))
+  objective = lib.build_objective(config, lib.specials_of(config, loader),
+                                  getattr(loader, "tokenizer", None))
+  setup = lib.setup_state(
+      objective, optim.make(config.optimizer, int(config.steps)), config,
+      mesh)
+  params, _ = loading.restore_params(workdir, step)
+  params = jax.device_put(params, setup.shardings["params"])
+  evaluator = _Evaluator(config, setup,
+                         lib.make_eval_step(objective, config, setup), loader)
+  with sharding.activate(mesh, setup.rules):
+    return evaluator(params, batches if batches is not None else 2**31 - 1)
 
 
 _CONFIG = config_flags.DEFINE_config_file(

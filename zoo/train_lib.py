@@ -350,19 +350,37 @@ def make_train_step(objective, tx, config, setup: Setup, lr_fn):
 
 
 def make_eval_step(objective, config, setup: Setup):
-  """Jitted `(params, batch, index) -> metric sums` without dropout."""
+  """Jitted `(params, batch, index, carry) -> (metric sums, carry)`, no
+  dropout. `carry` is what the objective carries across steps (a
+  Transformer-XL's memory: `empty_carry` at the start of a pass, then the
+  step's output), or None for an objective that carries nothing."""
   seed = int(config.seed)
 
-  def step(params, batch, index):
+  def step(params, batch, index, carry):
     rng = jax.random.fold_in(jax.random.key(seed + 1), index)
-    loss, metrics = objective.loss(params, batch, rng, deterministic=True)
+    if carry is None:
+      loss, metrics = objective.loss(params, batch, rng, deterministic=True)
+    else:
+      loss, metrics, carry = objective.loss_carry(params, batch, rng, carry,
+                                                  deterministic=True)
     metrics = dict(metrics, step_loss=loss, steps=1.0)
     return jax.tree_util.tree_map(lambda m: jnp.asarray(m, jnp.float32),
-                                  metrics)
+                                  metrics), carry
 
+  carried = setup.shardings.get("memory")
   return jax.jit(step, in_shardings=(setup.shardings["params"],
-                                     setup.batch_sharding, None),
-                 out_shardings=sharding.replicated(setup.mesh))
+                                     setup.batch_sharding, None, carried),
+                 out_shardings=(sharding.replicated(setup.mesh), carried))
+
+
+def empty_carry(setup: Setup):
+  """The carry an evaluation pass starts from: the objective's empty memory
+  (zeros, sharded like the train state's), or None."""
+  if "memory" not in setup.abstract:
+    return None
+  return jax.jit(lambda: jax.tree_util.tree_map(
+      lambda a: jnp.zeros(a.shape, a.dtype), setup.abstract["memory"]),
+                 out_shardings=setup.shardings["memory"])()
 
 
 @jax.jit

@@ -7,6 +7,8 @@ scheme in `objectives.names()` (aliases skipped), and a random-init row
 for every family they use. A scheme
 runs on the family its paper used (`PREFERRED`); a scheme registered later
 without an entry there gets the first family in `FALLBACK` it can bind to.
+Transformer-XL adds its own row (`EXTRA`): the causal LM that reads each
+row's memory of the step before, as its paper trains it.
 """
 
 import objectives
@@ -27,6 +29,11 @@ FALLBACK = ("bert", "gpt2", "t5", "bart", "electra", "elmo", "unilm",
 FAMILY_SCHEME = {f: s for s, f in reversed(PREFERRED.items())}
 FAMILY_SCHEME.update(t5="t5_span", roberta="mlm", distilbert="mlm",
                      transfo_xl="clm")
+
+# Cells beyond one per scheme: a family whose paper's point is an option of
+# a shared scheme.
+EXTRA = (dict(name="clm_memory", objective="clm", model="transfo_xl",
+              objective_args=dict(memory=True)),)
 
 
 def family_of(name: str) -> str:
@@ -50,4 +57,6 @@ def get_config(arg: str | None = None):
   aliases = objectives.aliases()  # e.g. "t5" is t5_span: one cell
   cells = [(name, name, family_of(name), "") for name in objectives.names()
            if name not in aliases]
-  return demo.grid(cells, **demo.parse(arg))
+  g = demo.grid(cells, **demo.parse(arg))
+  g.cells = list(g.cells) + [dict(c) for c in EXTRA]
+  return g

@@ -198,8 +198,8 @@ def finetune(family: str, config, params, task, tokenizer, *,
     max_target_len: cap on generated/teacher-forced target ids (with eos).
     adapter_dim: adapter bottleneck width in "adapters" mode.
     pool: sequence summary of class, pair and regression heads: "cls",
-      "mean", or "auto" (cls for BERT-like encoders, mean for T5's encoder,
-      ELMo and GPT-2). Without NSP the [cls] state of a briefly pre-trained
+      "last", "mean", or "auto" (cls for BERT-like encoders, last for
+      XLNet, mean for T5's encoder, ELMo, GPT-2 and Transformer-XL). Without NSP the [cls] state of a briefly pre-trained
       encoder carries little, so short comparisons favour "mean".
     tagger: the head of tags tasks: "linear", or "bilstm" (a BiLSTM over
       the backbone's states, as ELMo's taggers).

@@ -12,18 +12,21 @@ from zoo import models
 MODES = ("full", "frozen", "adapters", "scalar_mix")
 HEAD_KINDS = ("class", "pair", "regression", "tags", "span")
 TAGGERS = ("linear", "bilstm")  # tagging heads (`heads.TokenTagger` kinds)
-# Backbones whose first position is no summary token: pool by mean.
-_MEAN_POOL = ("t5", "elmo", "gpt2", "transfo_xl")
-POOLS = ("auto", "cls", "mean")
+# Backbones whose first position is no summary token: pool by mean, or at
+# the last position where the family's paper reads it there (XLNet).
+_AUTO_POOL = {"t5": "mean", "elmo": "mean", "gpt2": "mean",
+              "transfo_xl": "mean", "xlnet": "last"}
+POOLS = ("auto", "cls", "last", "mean")
 
 
 def resolve_pool(family: str, pool: str) -> str:
-  """"cls" or "mean": `pool`, or for "auto" the family's natural summary
-  (its first token where pre-training gives it one, else the mean)."""
+  """"cls", "last" or "mean": `pool`, or for "auto" the family's natural
+  summary (its first token where pre-training gives it one, XLNet's last,
+  else the mean)."""
   if pool not in POOLS:
     raise ValueError(f"unknown pooling {pool!r}; use one of {POOLS}")
   if pool == "auto":
-    return "mean" if family in _MEAN_POOL else "cls"
+    return _AUTO_POOL.get(family, "cls")
   return pool
 
 
@@ -41,7 +44,8 @@ class Spec:
     steps, lr, warmup_steps, weight_decay, clip_norm: the AdamW recipe.
     head_dropout: dropout inside the head.
     pool: how class, pair and regression heads summarise the sequence:
-      "cls" (first position) or "mean" (over non-pad positions).
+      "cls" (first position), "last" (last non-pad position) or "mean"
+      (over non-pad positions).
     tagger: the head of tags tasks, one of `TAGGERS`: "linear" per piece,
       or "bilstm" (a BiLSTM over the states, then linear).
   """

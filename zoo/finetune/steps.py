@@ -29,7 +29,7 @@ class TaskHead(nn.Module):
   Attributes:
     kind: task kind (one of `HEAD_KINDS`).
     num_labels: C.
-    pool: "cls" or "mean".
+    pool: "cls", "last" or "mean".
     mix_layers: L+1 to mix `outputs["layers"]`; 0 reads `outputs["hidden"]`.
     dropout_rate: head dropout.
     tagger: "linear" or "bilstm", the head of tags tasks.
@@ -80,7 +80,8 @@ def backbone_outputs(spec: Spec, params, batch: dict, *, deterministic: bool,
   kw = {"deterministic": deterministic}
   if spec.interface != "lstm":
     kw["return_logits"] = False
-  if getattr(spec.config, "type_vocab_size", 0) > 1 and "token_types" in batch:
+  if models.reads_token_types(spec.family, spec.config) and (
+      "token_types" in batch):
     kw["token_types"] = batch["token_types"]
   return model.apply({"params": params}, batch["tokens"], rngs=rngs, **kw)
 

@@ -60,6 +60,14 @@ def interface_of(family: str, config) -> str:
   return mod.INTERFACE
 
 
+def reads_token_types(family: str, config) -> bool:
+  """Whether the family's Model reads `token_types` (a pair's A/B ids):
+  through a type table (`type_vocab_size` > 1), or as relative segment
+  encodings (a family module's `TOKEN_TYPES = True`: XLNet)."""
+  return bool(getattr(get(family), "TOKEN_TYPES", False)
+              or getattr(config, "type_vocab_size", 0) > 1)
+
+
 # Stacks this deep run their layers as one scan unless `scan_layers` is
 # set: one layer's program to compile instead of L (an unrolled 24-layer
 # step compiles for minutes), the same params stacked on a `layers` axis.

@@ -43,18 +43,25 @@ def pool(hidden: Array, mask: Array | None = None, kind: str = "cls") -> Array:
   Args:
     hidden: [B,T,D] float states.
     mask: [B,T] bool, True on real tokens (None = all real).
-    kind: "cls" (the first position) or "mean" (over real tokens only).
+    kind: "cls" (the first position), "last" (the last real position:
+      XLNet's summary) or "mean" (over real tokens only).
 
   Returns:
     [B,D] float32.
   """
   if kind == "cls":
     return hidden[:, 0].astype(jnp.float32)
+  if kind == "last":
+    real = _padding_mask(hidden, mask)
+    t = hidden.shape[1]
+    last = t - 1 - jnp.argmax(real[:, ::-1], axis=1)  # all-pad rows: T-1
+    return jnp.take_along_axis(hidden, last[:, None, None], 1)[:, 0].astype(
+        jnp.float32)
   if kind == "mean":
     keep = _padding_mask(hidden, mask)[..., None].astype(jnp.float32)
     total = jnp.sum(hidden * keep, axis=1)
     return total / jnp.maximum(jnp.sum(keep, axis=1), 1.0)
-  raise ValueError(f"unknown pooling {kind!r}; use 'cls' or 'mean'")
+  raise ValueError(f"unknown pooling {kind!r}; use 'cls', 'last' or 'mean'")
 
 
 class SequenceClassifier(nn.Module):

@@ -48,6 +48,8 @@ Array = jax.Array
 # its causal `mask`. `zoo.scoring` scores XLNet by its own query stream
 # in the left-to-right factorisation order ("permutation_l2r").
 INTERFACE = "encoder"
+# A pair's A/B ids enter as relative segment encodings (any two ids).
+TOKEN_TYPES = True
 
 
 @dataclasses.dataclass(frozen=True)
