@@ -345,3 +345,13 @@ def test_cli_needs_all_three_multi_host_flags(tmp_path):
       flags.FLAGS[name].present = 0
       flags.FLAGS[name].value = saved[name]
   assert not os.listdir(tmp_path)
+
+
+def test_family_grid_runs_a_chosen_subset():
+  grid = family.get_config("only=plm+clm_memory+clm,k=8")
+  names = [c.name for c in cells.parse_cells(grid)]
+  assert names == ["clm", "plm", "clm_memory", "random_gpt2",
+                   "random_xlnet", "random_transfo_xl"]
+  assert grid.few_shot.k == 8
+  with pytest.raises(ValueError, match=r"lacks.*\['nope'\]"):
+    family.get_config("only=nope")

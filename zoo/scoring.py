@@ -65,7 +65,8 @@ _ENCDEC = ("t5", "bart")  # encoder-decoders whose infilling format is known
 _WHOLE_ROW = ("causal", "bidirectional_lm", "discriminator",
               "permutation_l2r")  # one pass a row
 # Encoder families whose forward takes `logits_at` (the head runs there only).
-_LOGITS_AT = ("bert", "roberta", "albert", "distilbert", "unilm", "electra")
+_LOGITS_AT = ("bert", "roberta", "albert", "distilbert", "unilm", "electra",
+               "longformer")
 
 
 def method(family: str, config) -> str:

@@ -12,6 +12,7 @@ row's memory of the step before, as its paper trains it.
 """
 
 import objectives
+from configs import common
 from configs.compare import demo
 
 PREFERRED = {
@@ -25,10 +26,11 @@ FALLBACK = ("bert", "gpt2", "t5", "bart", "electra", "elmo", "unilm",
             "albert")
 # Each model family's own scheme: its paper's (the first PREFERRED entry
 # naming it), T5's span corruption, MLM for RoBERTa and DistilBERT, and
-# clm for Transformer-XL (its paper's LM, segment memory aside).
+# clm for Transformer-XL (its paper's LM, segment memory aside), MLM for
+# Longformer (RoBERTa's recipe on long rows).
 FAMILY_SCHEME = {f: s for s, f in reversed(PREFERRED.items())}
 FAMILY_SCHEME.update(t5="t5_span", roberta="mlm", distilbert="mlm",
-                     transfo_xl="clm")
+                     transfo_xl="clm", longformer="mlm")
 
 # Cells beyond one per scheme: a family whose paper's point is an option of
 # a shared scheme.
@@ -53,10 +55,22 @@ def family_of(name: str) -> str:
 
 
 def get_config(arg: str | None = None):
-  """The grid; `arg` takes the demo's `tokens=N`, `ft_steps=N` and `k=N`."""
+  """The grid; `arg` takes the demo's `tokens=N`, `ft_steps=N` and `k=N`,
+  and `only=NAME+NAME...` to run just those cells (and their families'
+  random-init rows), e.g. `only=plm+clm_memory+clm`."""
+  args = common.parse_arg(arg)
+  only = [n for n in args.pop("only", "").split("+") if n]
   aliases = objectives.aliases()  # e.g. "t5" is t5_span: one cell
   cells = [(name, name, family_of(name), "") for name in objectives.names()
            if name not in aliases]
-  g = demo.grid(cells, **demo.parse(arg))
+  g = demo.grid(cells, **demo.parse(
+      ",".join(f"{k}={v}" for k, v in args.items())))
   g.cells = list(g.cells) + [dict(c) for c in EXTRA]
+  if only:
+    known = [c["name"] for c in g.cells]
+    unknown = sorted(set(only) - set(known))
+    if unknown:
+      raise ValueError(f"only= names cells {unknown} the family grid lacks; "
+                       f"its cells: {known}")
+    g.cells = [c for c in g.cells if c["name"] in only]
   return g

@@ -35,6 +35,7 @@ FAMILIES = {
     "elmo": "zoo.models.elmo",
     "xlnet": "zoo.models.xlnet",
     "transfo_xl": "zoo.models.transfo_xl",
+    "longformer": "zoo.models.longformer",
 }
 
 
