@@ -1,14 +1,16 @@
 """Time and memory of the zoo's attention against sequence length.
 
     python bench/attention.py [--lengths 512,1024,2048,4096,8192]
-        [--impls einsum,xla] [--heads 2] [--head_dim 64] [--dtype float32]
-        [--backward] [--causal]
+        [--impls einsum,xla,window] [--heads 2] [--head_dim 64]
+        [--dtype float32] [--backward] [--causal] [--window 512]
 
-For each kernel of `zoo.models.layers.attention` ("einsum": the exact
-dense path; "xla": `jax.nn.dot_product_attention`) and each length T (=S):
+For each kernel (of `zoo.models.layers.attention`, "einsum": the exact
+dense path, "xla": `jax.nn.dot_product_attention`; and "window":
+Longformer's sliding window of `--window` keys computed in banded blocks,
+`zoo.models.longformer.window_attention`) and each length T (=S):
 the median seconds of the jitted call and XLA's planned peak memory
 (arguments + outputs + temporaries of the compiled program). A log-log
-fit gives each kernel's slope in T: 2 for dense attention.
+fit gives each kernel's slope in T: 2 for dense attention, 1 for a window.
 
 The last line prints the slopes, e.g.
 `einsum time_slope=1.97 mem_slope=2.00 | xla time_slope=1.95 mem_slope=2.00`.
@@ -23,6 +25,7 @@ import numpy as np
 
 import _common  # pylint: disable=g-bad-import-order
 from zoo.models import layers
+from zoo.models import longformer
 
 
 def parse_args(argv):
@@ -38,6 +41,8 @@ def parse_args(argv):
   p.add_argument("--backward", action="store_true",
                  help="time forward + backward (grad wrt q, k, v)")
   p.add_argument("--causal", action="store_true")
+  p.add_argument("--window", type=int, default=512,
+                 help="keys of the 'window' kernel (W/2 on each side)")
   args = p.parse_args(argv)
   args.lengths = [int(x) for x in args.lengths.split(",") if x]
   args.impls = [x for x in args.impls.split(",") if x]
@@ -46,9 +51,17 @@ def parse_args(argv):
   return args
 
 
-def attention_fn(impl: str, dtype: str, causal: bool, backward: bool):
-  """`(q, k, v) -> out` (or its grads) through `layers.attention`."""
+def attention_fn(impl: str, args):
+  """`(q, k, v) -> out` (or its grads) of one kernel."""
+  dtype, causal, backward = args.dtype, args.causal, args.backward
   def forward(q, k, v):
+    if impl == "window":
+      if causal:
+        raise SystemExit("the 'window' kernel is bidirectional: no --causal")
+      ones = jnp.ones(q.shape[:2], jnp.int32)
+      return longformer.window_attention(
+          q * q.shape[-1] ** -0.5, k, v, ones, ones > 0,
+          radius=args.window // 2, dtype=dtype)
     mask = layers.causal_mask(q.shape[1]) if causal else None
     return layers.attention(q, k, v, mask=mask, dtype=dtype, impl=impl)
   if not backward:
@@ -61,7 +74,7 @@ def measure(impl: str, length: int, args) -> dict[str, float]:
   shape = (args.batch, length, args.heads, args.head_dim)
   keys = jax.random.split(jax.random.key(length), 3)
   q, k, v = (jax.random.normal(key, shape, jnp.float32) for key in keys)
-  fn = attention_fn(impl, args.dtype, args.causal, args.backward)
+  fn = attention_fn(impl, args)
   compiled = jax.jit(fn).lower(q, k, v).compile()
   mem = compiled.memory_analysis()
   peak = float(mem.argument_size_in_bytes + mem.output_size_in_bytes
@@ -93,6 +106,7 @@ def main(argv=None):
       "machine": _common.machine(), "lengths": args.lengths,
       "batch": args.batch, "heads": args.heads, "head_dim": args.head_dim,
       "dtype": args.dtype, "backward": args.backward, "causal": args.causal,
+      "window": args.window,
       "results": results, "slopes": slopes})
   print(" | ".join(f"{impl} time_slope={s['time']:.2f} "
                    f"mem_slope={s['mem']:.2f}" for impl, s in slopes.items()))

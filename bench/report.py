@@ -88,6 +88,8 @@ def train_step_section(r: dict) -> list[str]:
 def attention_section(r: dict) -> list[str]:
   """Markdown lines for one `attention` record."""
   kind = "forward + backward" if r["backward"] else "forward"
+  if "window" in r["results"]:
+    kind += f"; the window kernel reads {r['window']} keys"
   out = [f"Attention ({kind}, batch {r['batch']}, {r['heads']} heads of "
          f"{r['head_dim']}, {r['dtype']}), time and XLA's planned peak "
          f"memory against length T = S. {machine_line(r['machine'])}", "",

@@ -154,6 +154,9 @@ def test_remat_policies_are_each_planned():
   assert [r["remat"] for r in rows] == ["none", "dots", "full"]
   assert all(r["fits"] and r["compile_s"] > 0 and r["temp_bytes"] > 0
              for r in rows)
+  c.model, c.objective, c.model_args = "reformer", "clm", {}
+  with pytest.raises(ValueError, match="reformer has no remat policies"):
+    plan_lib.remat_table(c, "v5e:2x2")
 
 
 def test_a_mesh_axis_may_split_a_physical_axis():

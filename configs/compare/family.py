@@ -26,11 +26,11 @@ FALLBACK = ("bert", "gpt2", "t5", "bart", "electra", "elmo", "unilm",
             "albert")
 # Each model family's own scheme: its paper's (the first PREFERRED entry
 # naming it), T5's span corruption, MLM for RoBERTa and DistilBERT, and
-# clm for Transformer-XL (its paper's LM, segment memory aside), MLM for
-# Longformer (RoBERTa's recipe on long rows).
+# clm for Transformer-XL (its paper's LM, segment memory aside) and
+# Reformer, MLM for Longformer (RoBERTa's recipe on long rows).
 FAMILY_SCHEME = {f: s for s, f in reversed(PREFERRED.items())}
 FAMILY_SCHEME.update(t5="t5_span", roberta="mlm", distilbert="mlm",
-                     transfo_xl="clm", longformer="mlm")
+                     transfo_xl="clm", longformer="mlm", reformer="clm")
 
 # Cells beyond one per scheme: a family whose paper's point is an option of
 # a shared scheme.

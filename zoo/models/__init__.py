@@ -36,6 +36,7 @@ FAMILIES = {
     "xlnet": "zoo.models.xlnet",
     "transfo_xl": "zoo.models.transfo_xl",
     "longformer": "zoo.models.longformer",
+    "reformer": "zoo.models.reformer",
 }
 
 

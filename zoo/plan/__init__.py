@@ -180,7 +180,14 @@ def remat_table(config, topology: str, num_slices: int = 1) -> list[dict]:
   """The step planned under each remat policy (`blocks.REMAT`): compile
   time, temporaries, total bytes per chip and the roofline step, or the
   compiler's refusal; the config's own `scan_layers` and the rest kept."""
+  from zoo import models  # pylint: disable=import-outside-toplevel
   from zoo.models import blocks  # pylint: disable=import-outside-toplevel
+  family = config_lib.complete(config).model
+  fields = {f.name for f in dataclasses.fields(models.get(family).Config)}
+  if "remat" not in fields:
+    raise ValueError(f"{family} has no remat policies to compare (its Config "
+                     "has no `remat` field; a Reformer's reversible layers "
+                     "recompute activations instead: model_args.reversible)")
   rows = []
   for policy in blocks.REMAT:
     c = config_lib.complete(config).as_configdict()
