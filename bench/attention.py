@@ -3,11 +3,15 @@
     python bench/attention.py [--lengths 512,1024,2048,4096,8192]
         [--impls einsum,xla,window] [--heads 2] [--head_dim 64]
         [--dtype float32] [--backward] [--causal] [--window 512]
+        [--impls ...,lsh] [--chunk 64] [--hashes 2]
 
 For each kernel (of `zoo.models.layers.attention`, "einsum": the exact
 dense path, "xla": `jax.nn.dot_product_attention`; and "window":
 Longformer's sliding window of `--window` keys computed in banded blocks,
-`zoo.models.longformer.window_attention`) and each length T (=S):
+`zoo.models.longformer.window_attention`; "lsh": Reformer's causal LSH
+attention, `--hashes` rounds sorted into chunks of `--chunk` with one
+chunk of look-back and 2T/chunk buckets, `zoo.models.lsh.lsh_attention`)
+and each length T (=S):
 the median seconds of the jitted call and XLA's planned peak memory
 (arguments + outputs + temporaries of the compiled program). A log-log
 fit gives each kernel's slope in T: 2 for dense attention, 1 for a window.
@@ -26,6 +30,7 @@ import numpy as np
 import _common  # pylint: disable=g-bad-import-order
 from zoo.models import layers
 from zoo.models import longformer
+from zoo.models import lsh
 
 
 def parse_args(argv):
@@ -43,6 +48,8 @@ def parse_args(argv):
   p.add_argument("--causal", action="store_true")
   p.add_argument("--window", type=int, default=512,
                  help="keys of the 'window' kernel (W/2 on each side)")
+  p.add_argument("--chunk", type=int, default=64, help="'lsh' chunk length")
+  p.add_argument("--hashes", type=int, default=2, help="'lsh' hash rounds")
   args = p.parse_args(argv)
   args.lengths = [int(x) for x in args.lengths.split(",") if x]
   args.impls = [x for x in args.impls.split(",") if x]
@@ -62,11 +69,24 @@ def attention_fn(impl: str, args):
       return longformer.window_attention(
           q * q.shape[-1] ** -0.5, k, v, ones, ones > 0,
           radius=args.window // 2, dtype=dtype)
+    if impl == "lsh":  # shared query/key: q is the projection, k unused
+      return _lsh(q, v, args)
     mask = layers.causal_mask(q.shape[1]) if causal else None
     return layers.attention(q, k, v, mask=mask, dtype=dtype, impl=impl)
   if not backward:
     return forward
   return jax.grad(lambda q, k, v: forward(q, k, v).sum(), argnums=(0, 1, 2))
+
+
+def _lsh(qk, v, args):
+  """Reformer's LSH attention of one layer at T = qk.shape[1]."""
+  b, t, n, h = qk.shape
+  buckets = max(2, 2 * (t // args.chunk))
+  rotations = lsh.random_rotations(
+      jax.random.key(0), lsh.rotation_shape(n, h, args.hashes, buckets))
+  return lsh.lsh_attention(qk, v, jnp.ones((b, t), jnp.int32), rotations,
+                           chunk=args.chunk, before=1, num_buckets=buckets,
+                           dtype=args.dtype)
 
 
 def measure(impl: str, length: int, args) -> dict[str, float]:
@@ -106,7 +126,7 @@ def main(argv=None):
       "machine": _common.machine(), "lengths": args.lengths,
       "batch": args.batch, "heads": args.heads, "head_dim": args.head_dim,
       "dtype": args.dtype, "backward": args.backward, "causal": args.causal,
-      "window": args.window,
+      "window": args.window, "chunk": args.chunk, "hashes": args.hashes,
       "results": results, "slopes": slopes})
   print(" | ".join(f"{impl} time_slope={s['time']:.2f} "
                    f"mem_slope={s['mem']:.2f}" for impl, s in slopes.items()))
