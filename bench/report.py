@@ -107,6 +107,22 @@ def attention_section(r: dict) -> list[str]:
   return out + ["", f"Log-log slopes in T: {slopes}.", ""]
 
 
+def depth_section(r: dict) -> list[str]:
+  """Markdown lines for one `depth` record."""
+  out = [f"Gradient of a Reformer LM step (size small, batch {r['batch']} x "
+         f"{r['seq_len']} tokens, layers scanned), XLA's planned memory "
+         f"against depth. {machine_line(r['machine'])}", "",
+         "| layers | L | temporaries MiB | total MiB |",
+         "|---|---:|---:|---:|"]
+  for kind, rows in r["results"].items():
+    for depth, row in sorted(rows.items(), key=lambda kv: int(kv[0])):
+      out.append(f"| {kind} | {depth} | {row['temp_bytes'] / 2**20:.1f} | "
+                 f"{row['total_bytes'] / 2**20:.1f} |")
+  slopes = ", ".join(f"{kind}: temporaries {s['temp']:.2f}, total "
+                     f"{s['total']:.2f}" for kind, s in r["slopes"].items())
+  return out + ["", f"Log-log slopes in L: {slopes}.", ""]
+
+
 def section(records: list[dict]) -> str:
   """The markdown between the markers for these records."""
   benches = sorted({r["bench"] for r in records}, reverse=True)
@@ -117,6 +133,8 @@ def section(records: list[dict]) -> str:
       lines += train_step_section(r)
     elif r["bench"] == "attention":
       lines += attention_section(r)
+    elif r["bench"] == "depth":
+      lines += depth_section(r)
     else:
       raise ValueError(f"unknown benchmark record {r['bench']!r}")
   return "\n".join(lines).rstrip() + "\n"

@@ -118,3 +118,24 @@ def test_worker_steps_a_zoo_run_in_its_own_process():
     worker.close()
   with pytest.raises(RuntimeError, match="bert-huge"):
     _workers.Worker("zoo", dict(spec, name="bert-huge"), warmup=0)
+
+
+def test_depth_record_goes_to_its_own_block(tmp_path):
+  depth = {"bench": "depth", "machine": MACHINE, "depths": [4, 8],
+           "seq_len": 4096, "batch": 1,
+           "results": {"reversible": {"4": {"temp_bytes": 2**20,
+                                            "total_bytes": 2**21},
+                                      "8": {"temp_bytes": 2**20,
+                                            "total_bytes": 2**22}}},
+           "slopes": {"reversible": {"temp": 0.0, "total": 1.0}}}
+  log = tmp_path / "depth.log"
+  log.write_text(f"{report.TAG} {json.dumps(depth)}\n")
+  readme = tmp_path / "README.md"
+  readme.write_text("<!-- perf:start -->\nkept\n<!-- perf:end -->\n"
+                    "<!-- depth:start -->\nold\n<!-- depth:end -->\n")
+  report.main([str(log), "--readme", str(readme), "--block", "depth"])
+  text = readme.read_text()
+  assert "kept" in text and "old" not in text
+  assert "from the output of `bench/depth.py`" in text
+  assert "| reversible | 8 | 1.0 | 4.0 |" in text
+  assert "reversible: temporaries 0.00, total 1.00" in text
