@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import objectives
-from configs.compare import demo, family, smoke, t5_tables
+from configs.compare import demo, family, long, smoke, t5_tables
 import flax.linen as nn
 
 from zoo import checkpoint, models, train_lib
@@ -248,7 +248,7 @@ def test_a_view_of_another_grid_is_refused(tmp_path):
 
 
 def test_shipped_grids_are_valid():
-  for module in (demo, t5_tables, smoke, family):
+  for module in (demo, t5_tables, smoke, family, long):
     grid = module.get_config()
     cells.parse_cells(grid)
     assert len(grid.seeds) >= 2
@@ -272,10 +272,10 @@ def test_every_family_cell_backbone_loads_for_finetuning():
   only: params are zeros of the abstract init)."""
   from zoo import finetune  # pylint: disable=import-outside-toplevel
   import data.tasks  # pylint: disable=import-outside-toplevel
-  grid = family.get_config()
   specials = objectives.Specials(vocab_size=512)
   task = data.tasks.load("trec")
-  for cell in cells.parse_cells(grid):
+  for grid, cell in [(g, c) for g in (family.get_config(), long.get_config())
+                     for c in cells.parse_cells(g)]:
     if not cell.pretrained:
       continue
     config = cells.cell_config(grid, cell)
