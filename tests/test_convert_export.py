@@ -147,7 +147,8 @@ def test_scanned_params_export_like_unrolled(tmp_path):
 
 
 @pytest.mark.parametrize("family, words", [
-    ("elmo", "no ELMo"), ("unilm", "no UniLM class")])
+    ("elmo", "no ELMo"), ("unilm", "no UniLM class"),
+    ("transfo_xl", "removed its Transformer-XL")])
 def test_families_without_a_reference_are_refused(tmp_path, family, words):
   config = models.make_config(family, "tiny")
   with pytest.raises(ValueError, match=words):

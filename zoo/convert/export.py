@@ -44,6 +44,8 @@ NO_REFERENCE = {
     "unilm": "transformers has no UniLM class: its attention-mask set "
              "(bidirectional, left-to-right, seq2seq) has no reference "
              "architecture to load into",
+    "transfo_xl": "transformers 5 removed its Transformer-XL classes, so "
+                  "no installed reference can load one",
 }
 
 
