@@ -2,7 +2,9 @@
 
 The quick lane traces one gradient step of every (family, size) with
 `jax.eval_shape` (every shape and config check, no FLOPs); the slow lane
-runs the step for real on a [2, 32] batch, largest sizes included.
+runs the step for real on a [2, 32] batch at each family's smallest
+released size and compiles the bigger sizes' step ahead of time (no
+weights materialised).
 """
 
 import functools
@@ -44,9 +46,8 @@ def test_every_family_has_a_scheme():
   assert set(SCHEME) >= set(models.families())
 
 
-# The large sizes' traces take seconds each: the slow lane's.
-TRACED = [pytest.param(f, s, marks=pytest.mark.slow) if s == "large" else
-          (f, s) for f, s in SIZES]
+# The large sizes' traces take seconds each; the slow lane compiles them.
+TRACED = [x for x in SIZES if x[1] != "large"]
 
 
 @pytest.mark.parametrize("family,size", TRACED)
@@ -60,18 +61,37 @@ def test_every_size_traces_a_train_step(family, size):
   assert sum(x.size for x in jax.tree.leaves(params)) > 0
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("family,size", [x for x in SIZES if x[1] != "tiny"])
-def test_every_size_runs_a_train_step(family, size):
-  """The layers run as one `nn.scan` where the family offers it (the same
-  params, stacked): an unrolled large size takes minutes to compile on a
-  CPU, a scanned one seconds. Init and the step compile apart for the
-  same reason."""
-  # ELMo's first LSTM layer differs from the rest, so its layers never
-  # scan; its few LSTM layers compile fast unrolled.
+def _scanned(family, size):
+  """`(obj, batch)` with the layers as one `nn.scan` where the family
+  offers it (the same params, stacked): an unrolled large size takes
+  minutes to compile on a CPU, a scanned one seconds. ELMo's first LSTM
+  layer differs from the rest, so its layers never scan; its few LSTM
+  layers compile fast unrolled."""
   scans = "scan_layers" in common.config_fields(family) and family != "elmo"
-  scan = {"scan_layers": True} if scans else {}
-  obj, batch = _scheme(family, size, **scan)
+  return _scheme(family, size, **({"scan_layers": True} if scans else {}))
+
+
+def _split():
+  """`(run, compiled)`: each family's smallest released size runs a real
+  step; its bigger sizes compile (their random init and step cost up to a
+  minute each on a CPU and test nothing more), each beside the size just
+  below it."""
+  run, compiled = [], []
+  for f in models.families():
+    sizes = [s for s in models.get(f).SIZES if s != "tiny"]
+    run += [(f, sizes[0])] if sizes else []
+    compiled += [(f, s, below) for below, s in zip(sizes, sizes[1:])]
+  return run, compiled
+
+
+RUN, COMPILED = _split()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,size", RUN)
+def test_smallest_released_size_runs_a_train_step(family, size):
+  """Init and the step compile apart (each compiles faster alone)."""
+  obj, batch = _scanned(family, size)
   params = jax.jit(obj.init)(jax.random.key(0), batch)
   new, loss = jax.jit(functools.partial(_update, obj, batch))(
       params, jax.random.key(1))
@@ -80,6 +100,34 @@ def test_every_size_runs_a_train_step(family, size):
              zip(jax.tree.leaves(params), jax.tree.leaves(new))]
   assert sum(changed) > len(changed) // 2
   assert all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(new))
+
+
+def _nbytes(tree):
+  return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,size,below", COMPILED)
+def test_bigger_sizes_compile_a_train_step(family, size, below):
+  """XLA compiles the step from abstract params: every shape,
+  sharding-free lowering and fusion is checked without materialising the
+  weights. The compiled step keeps the params' tree, takes and returns
+  at least the params' bytes, and the size holds more than the one below."""
+  obj, batch = _scanned(family, size)
+  params = jax.eval_shape(obj.init, jax.random.key(0), batch)
+  step = jax.jit(functools.partial(_update, obj, batch))
+  compiled = step.lower(params, jax.random.key(1)).compile()
+  new, loss = compiled.out_info
+  assert jax.tree.structure(new) == jax.tree.structure(params)
+  assert loss.shape == () and loss.dtype == jnp.float32
+  nbytes = _nbytes(params)
+  smaller, _ = _scheme(family, below)
+  assert nbytes > _nbytes(jax.eval_shape(smaller.init, jax.random.key(0),
+                                         batch))
+  mem = compiled.memory_analysis()
+  if mem is not None:
+    assert mem.argument_size_in_bytes >= nbytes
+    assert mem.output_size_in_bytes >= nbytes
 
 
 @pytest.mark.parametrize("family", ["bert", "gpt2", "electra", "unilm"])
