@@ -3,14 +3,15 @@
     python bench/attention.py [--lengths 512,1024,2048,4096,8192]
         [--impls einsum,xla,window] [--heads 2] [--head_dim 64]
         [--dtype float32] [--backward] [--causal] [--window 512]
-        [--impls ...,lsh] [--chunk 64] [--hashes 2]
+        [--impls ...,lsh] [--chunk 64] [--hashes 2] [--buckets 0]
 
 For each kernel (of `zoo.models.layers.attention`, "einsum": the exact
 dense path, "xla": `jax.nn.dot_product_attention`; and "window":
 Longformer's sliding window of `--window` keys computed in banded blocks,
 `zoo.models.longformer.window_attention`; "lsh": Reformer's causal LSH
 attention, `--hashes` rounds sorted into chunks of `--chunk` with one
-chunk of look-back and 2T/chunk buckets, `zoo.models.lsh.lsh_attention`)
+chunk of look-back and 2T/chunk buckets as in the paper, or a fixed
+`--buckets`, `zoo.models.lsh.lsh_attention`)
 and each length T (=S):
 the median seconds of the jitted call and XLA's planned peak memory
 (arguments + outputs + temporaries of the compiled program). A log-log
@@ -50,6 +51,9 @@ def parse_args(argv):
                  help="keys of the 'window' kernel (W/2 on each side)")
   p.add_argument("--chunk", type=int, default=64, help="'lsh' chunk length")
   p.add_argument("--hashes", type=int, default=2, help="'lsh' hash rounds")
+  p.add_argument("--buckets", type=int, default=0,
+                 help="'lsh' buckets; 0: 2T/chunk (the paper's: the hashing "
+                 "matmul then grows as T^2)")
   args = p.parse_args(argv)
   args.lengths = [int(x) for x in args.lengths.split(",") if x]
   args.impls = [x for x in args.impls.split(",") if x]
@@ -81,7 +85,7 @@ def attention_fn(impl: str, args):
 def _lsh(qk, v, args):
   """Reformer's LSH attention of one layer at T = qk.shape[1]."""
   b, t, n, h = qk.shape
-  buckets = max(2, 2 * (t // args.chunk))
+  buckets = args.buckets or max(2, 2 * (t // args.chunk))
   rotations = lsh.random_rotations(
       jax.random.key(0), lsh.rotation_shape(n, h, args.hashes, buckets))
   return lsh.lsh_attention(qk, v, jnp.ones((b, t), jnp.int32), rotations,
@@ -127,6 +131,7 @@ def main(argv=None):
       "batch": args.batch, "heads": args.heads, "head_dim": args.head_dim,
       "dtype": args.dtype, "backward": args.backward, "causal": args.causal,
       "window": args.window, "chunk": args.chunk, "hashes": args.hashes,
+      "buckets": args.buckets,
       "results": results, "slopes": slopes})
   print(" | ".join(f"{impl} time_slope={s['time']:.2f} "
                    f"mem_slope={s['mem']:.2f}" for impl, s in slopes.items()))

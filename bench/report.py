@@ -92,8 +92,9 @@ def attention_section(r: dict) -> list[str]:
   if "window" in r["results"]:
     kind += f"; the window kernel reads {r['window']} keys"
   if "lsh" in r["results"]:
+    buckets = r.get("buckets") or "2T/chunk"
     kind += (f"; lsh: {r['hashes']} hash rounds, chunks of {r['chunk']} "
-             "with one chunk of look-back, 2T/chunk buckets")
+             f"with one chunk of look-back, {buckets} buckets")
   out = [f"Attention ({kind}, batch {r['batch']}, {r['heads']} heads of "
          f"{r['head_dim']}, {r['dtype']}), time and XLA's planned peak "
          f"memory against length T = S. {machine_line(r['machine'])}", "",

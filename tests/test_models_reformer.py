@@ -238,16 +238,29 @@ def test_local_attention_reading_every_chunk_equals_dense():
 
 
 def test_buckets_are_the_argmax_of_the_rotated_halves():
-  qk = jnp.asarray(np.random.RandomState(1).randn(1, 1, 5, 3), jnp.float32)
-  rot = jnp.asarray(np.random.RandomState(2).randn(1, 3, 2, 3), jnp.float32)
-  real = jnp.asarray([[True] * 4 + [False]])
-  got = np.asarray(lsh.hash_buckets(qk, rot, (2, 4), real))[0, 0]
-  x = np.asarray(qk)[0, 0] @ np.asarray(rot)[0].transpose(1, 0, 2)  # [R,T,K]
-  first = np.argmax(np.concatenate([x[..., :1], -x[..., :1]], -1), -1)
-  second = np.argmax(np.concatenate([x[..., 1:], -x[..., 1:]], -1), -1)
-  want = first + 2 * second + np.arange(2)[:, None] * 9
-  want[:, 4] = 8 + np.arange(2) * 9  # padding: its own last bucket
-  np.testing.assert_array_equal(got, want)
+  """Two rows and two heads, so that the hash's layout moves are seen."""
+  qk = jnp.asarray(np.random.RandomState(1).randn(2, 2, 5, 3), jnp.float32)
+  rot = jnp.asarray(np.random.RandomState(2).randn(2, 3, 2, 3), jnp.float32)
+  real = jnp.asarray([[True] * 4 + [False], [True] * 5])
+  got = np.asarray(lsh.hash_buckets(qk, rot, (2, 4), real))
+  for row in range(2):
+    for head in range(2):
+      x = (np.asarray(qk)[row, head]
+           @ np.asarray(rot)[head].transpose(1, 0, 2))  # [R, T, K/2]
+      first = np.argmax(np.concatenate([x[..., :1], -x[..., :1]], -1), -1)
+      second = np.argmax(np.concatenate([x[..., 1:], -x[..., 1:]], -1), -1)
+      want = first + 2 * second + np.arange(2)[:, None] * 9
+      if row == 0:
+        want[:, 4] = 8 + np.arange(2) * 9  # padding: its own last bucket
+      np.testing.assert_array_equal(got[row, head], want)
+
+
+def test_angular_side_is_the_argmax_of_both_signs():
+  x = np.random.RandomState(3).randn(4, 7, 64).astype(np.float32)
+  x[0, 0] = 0.0  # all tied: the first index, as argmax
+  x[0, 1, :3] = [5.0, 5.0, -1.0]  # a tie of one sign: the first
+  want = np.argmax(np.concatenate([x, -x], -1), -1)
+  np.testing.assert_array_equal(lsh.angular_side(jnp.asarray(x)), want)
 
 
 # ------------------------------------------------------------ reversible ---
