@@ -139,6 +139,11 @@ class Block(nn.Module):
                           "adapter_mlp", deterministic)
 
 
+# Collections a scanned stack keeps per layer (stacked on axis 0): the
+# params, and int8 quantisation's ranges and scales (`zoo.compress.quant`).
+SCANNED_COLLECTIONS = ("params", "quant_stats", "quant_scales")
+
+
 class _ScanBody(nn.Module):
   """Block as a scan body: carry in, (carry, per-layer output) out."""
   config: BlockConfig
@@ -196,8 +201,8 @@ class Stack(nn.Module):
 
   def _scanned(self, x, args, deterministic):
     scanned = nn.scan(
-        _ScanBody, variable_axes={"params": 0}, split_rngs={"params": True,
-                                                            "dropout": True},
+        _ScanBody, variable_axes={c: 0 for c in SCANNED_COLLECTIONS},
+        split_rngs={"params": True, "dropout": True},
         in_axes=(nn.broadcast,) * len(args), length=self.num_layers,
         metadata_params={nn.PARTITION_NAME: "layers"})
     x, ys = scanned(self.config, deterministic, self.remat,

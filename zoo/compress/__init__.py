@@ -1,0 +1,13 @@
+"""Model compression: making a trained model smaller or sparser.
+
+Modules:
+  magnitude  gradual magnitude pruning (Zhu & Gupta 2017): an optax
+             transformation keeping masks in its state; `zoo.optim.make`
+             wraps the trainer's optimizer in it when `optimizer.prune`
+             is on; `sparsity(params)` reports zeros.
+  heads      attention-head pruning by importance (Michel et al. 2019):
+             gradient importance of each head, then the least important
+             heads physically removed from every layer's q/k/v/out.
+  quant, quant_io  int8 quantisation (Q8BERT) and its file format; see
+             their own docstrings.
+"""
