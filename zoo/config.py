@@ -47,6 +47,11 @@ def base_config() -> ml_collections.ConfigDict:
 # Keys a run must name; every other key takes `base_config`'s default.
 REQUIRED = ("model", "objective", "steps", "batch_size", "seq_len")
 _BLOCKS = ("data", "optimizer", "mesh")  # nested blocks filled key by key
+# Sub-blocks a config may add to a block: absent, they stay absent (so
+# configs, results fingerprinted from them and checkpoints of runs without
+# them are unchanged); present, they are filled key by key from these
+# defaults like the blocks above.
+OPTIONAL_BLOCKS = {("optimizer", "prune"): lambda: prune()}
 
 
 def complete(config) -> ml_collections.FrozenConfigDict:
@@ -54,7 +59,8 @@ def complete(config) -> ml_collections.FrozenConfigDict:
 
   Keys a config leaves out take `base_config`'s defaults (the only place
   defaults live), as do the missing fields of its `data`, `optimizer` and
-  `mesh` blocks; each value must have its default's type.
+  `mesh` blocks and of an `optimizer.prune` block it adds
+  (`OPTIONAL_BLOCKS`); each value must have its default's type.
 
   Raises:
     ValueError: a required key is missing, a key is unknown, or a value
@@ -82,6 +88,12 @@ def complete(config) -> ml_collections.FrozenConfigDict:
 def _merge_block(name: str, into: ml_collections.ConfigDict, value) -> None:
   items = value.items() if hasattr(value, "items") else ()
   for key, v in items:
+    optional = OPTIONAL_BLOCKS.get((name, key))
+    if optional is not None:
+      if v is not None:
+        into[key] = optional()
+        _merge_block(f"{name}.{key}", into[key], v)
+      continue
     if name != "mesh" and key not in into:
       raise ValueError(f"unknown {name} key {key!r}; keys: "
                        f"{sorted(into.keys())}")
@@ -127,3 +139,20 @@ def optimizer() -> ml_collections.ConfigDict:
   o.weight_decay = 0.01   # on matrices only
   o.clip_norm = 1.0       # global gradient norm clip; 0: none
   return o
+
+
+def prune() -> ml_collections.ConfigDict:
+  """The optional `optimizer.prune` block: gradual magnitude pruning
+  (`zoo.compress.magnitude`; Zhu & Gupta 2017). Off unless `target` > 0;
+  a config without the block trains, fingerprints and checkpoints as
+  before. Add it as `c.optimizer.prune = prune()` in a config file (then
+  `--config.optimizer.prune.target=0.5` works)."""
+  p = ml_collections.ConfigDict()
+  p.target = 0.0          # final fraction of zeros per matrix; 0: off
+  p.initial = 0.0         # sparsity reached at begin_step
+  p.begin_step = 0        # first mask update
+  p.end_step = 1000       # last mask update; the target from there on
+  p.frequency = 100       # steps between mask updates
+  p.scope = "tensor"      # "tensor": per-matrix threshold; or "global"
+  p.exclude = "embedding"  # comma-separated path substrings never pruned
+  return p

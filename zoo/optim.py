@@ -8,10 +8,15 @@ Config (`config.optimizer`):
   end_lr_ratio: the learning rate at the end, as a fraction of `lr`.
   b1, b2, eps, weight_decay: AdamW's; no decay on vectors (biases, norms).
   clip_norm: global gradient norm clip (0 or less: none).
+  prune: optional block, gradual magnitude pruning around all of the above
+    (`zoo.compress.magnitude`; fields in `zoo.config.prune`). Absent or
+    `target` 0: no pruning and the optimizer state of a run without it.
 """
 
 import jax
 import optax
+
+from zoo.compress import magnitude
 
 _DECAYS = ("linear", "cosine", "constant")
 
@@ -52,7 +57,8 @@ def make(opt_cfg, steps: int) -> optax.GradientTransformation:
     steps: the run's total number of steps.
 
   Returns:
-    An optax transformation over float32 params of any tree.
+    An optax transformation over float32 params of any tree (its update
+    needs params when `prune` is on).
   """
   name = opt_cfg.get("name", "adamw")
   if name != "adamw":
@@ -66,4 +72,6 @@ def make(opt_cfg, steps: int) -> optax.GradientTransformation:
       b2=float(opt_cfg.get("b2", 0.999)), eps=float(opt_cfg.get("eps", 1e-8)),
       weight_decay=float(opt_cfg.get("weight_decay", 0.01)),
       mask=_decay_mask))
-  return optax.chain(*parts)
+  tx = optax.chain(*parts)
+  prune = magnitude.from_block(opt_cfg.get("prune"))
+  return tx if prune is None else magnitude.prune(tx, prune)

@@ -66,7 +66,7 @@ _WHOLE_ROW = ("causal", "bidirectional_lm", "discriminator",
               "permutation_l2r")  # one pass a row
 # Encoder families whose forward takes `logits_at` (the head runs there only).
 _LOGITS_AT = ("bert", "roberta", "albert", "distilbert", "unilm", "electra",
-               "longformer")
+               "longformer", "mobilebert")
 
 
 def method(family: str, config) -> str:

@@ -27,10 +27,13 @@ FALLBACK = ("bert", "gpt2", "t5", "bart", "electra", "elmo", "unilm",
 # Each model family's own scheme: its paper's (the first PREFERRED entry
 # naming it), T5's span corruption, MLM for RoBERTa and DistilBERT, and
 # clm for Transformer-XL (its paper's LM, segment memory aside) and
-# Reformer, MLM for Longformer (RoBERTa's recipe on long rows).
+# Reformer, MLM for Longformer (RoBERTa's recipe on long rows) and
+# MobileBERT (its paper's teacher and student pre-train by MLM; the
+# knowledge transfer from the teacher is not a scheme here).
 FAMILY_SCHEME = {f: s for s, f in reversed(PREFERRED.items())}
 FAMILY_SCHEME.update(t5="t5_span", roberta="mlm", distilbert="mlm",
-                     transfo_xl="clm", longformer="mlm", reformer="clm")
+                     transfo_xl="clm", longformer="mlm", reformer="clm",
+                     mobilebert="mlm")
 
 # Cells beyond one per scheme: a family whose paper's point is an option of
 # a shared scheme.

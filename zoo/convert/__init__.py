@@ -30,7 +30,7 @@ from zoo.convert import common
 
 # Converter modules, tried in order.
 CONVERTERS = ("bert", "gpt2", "distilbert", "albert", "electra", "t5",
-              "bart", "xlnet", "longformer", "reformer")
+              "bart", "xlnet", "longformer", "reformer", "mobilebert")
 
 _PICKLE_HELP = (
     "{folder} has only PyTorch pickle weights ({files}). Loading a pickle can "

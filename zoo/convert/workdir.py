@@ -43,7 +43,8 @@ from zoo.convert import common
 DEFAULT_OBJECTIVES = {"bert": "mlm", "roberta": "mlm", "distilbert": "mlm",
                       "albert": "sop", "gpt2": "clm", "t5": "t5_span",
                       "bart": "bart", "xlnet": "plm",
-                      "longformer": "mlm", "reformer": "clm"}
+                      "longformer": "mlm", "reformer": "clm",
+                      "mobilebert": "mlm"}
 # A short continued pre-training; `train_overrides` change any of it.
 TRAIN_DEFAULTS = dict(steps=100, batch_size=8, checkpoint_every=50,
                       log_every=10, eval_every=50, eval_steps=2)

@@ -19,6 +19,7 @@ import optax
 
 from zoo import models
 from zoo import optim
+from zoo.compress import magnitude
 from zoo.models import heads
 from zoo.finetune.spec import Spec
 
@@ -182,15 +183,19 @@ def trainable(spec: Spec, params) -> Any:
   return out
 
 
-def optimizer(spec: Spec, mask) -> optax.GradientTransformation:
+def optimizer(spec: Spec, mask, prune: magnitude.Config | None = None
+              ) -> optax.GradientTransformation:
   """AdamW (linear warmup then linear decay, clipping) on trainable params;
-  frozen params get no optimizer state at all."""
+  frozen params get no optimizer state at all. `prune` adds gradual
+  magnitude pruning of the trainable matrices (`zoo.compress.magnitude`)."""
   sched = optim.schedule(ml_collections.ConfigDict(dict(
       lr=spec.lr, warmup_steps=spec.warmup_steps, decay="linear")),
                          spec.steps)
   adamw = optax.adamw(
       sched, weight_decay=spec.weight_decay,
       mask=lambda p: jax.tree_util.tree_map(lambda x: x.ndim > 1, p))
+  if prune is not None:
+    adamw = magnitude.prune(adamw, prune)
   labels = jax.tree_util.tree_map(lambda t: "train" if t else "frozen", mask)
   return optax.chain(
       optax.clip_by_global_norm(spec.clip_norm),
@@ -198,17 +203,21 @@ def optimizer(spec: Spec, mask) -> optax.GradientTransformation:
                             labels))
 
 
-def init_opt_state(spec: Spec, params):
-  """The optimizer state of `optimizer(spec, trainable(spec, params))`."""
-  return optimizer(spec, trainable(spec, params)).init(params)
+def init_opt_state(spec: Spec, params,
+                   prune: magnitude.Config | None = None):
+  """The optimizer state of `optimizer(spec, trainable(spec, params),
+  prune)`."""
+  return optimizer(spec, trainable(spec, params), prune).init(params)
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def train_step(spec: Spec, params, opt_state, batch: dict, rng):
+@functools.partial(jax.jit, static_argnums=0, static_argnames="prune")
+def train_step(spec: Spec, params, opt_state, batch: dict, rng,
+               prune: magnitude.Config | None = None):
   """One AdamW step on a batch; returns (params, opt_state, loss).
 
   Frozen params leave the step as they came in (no update is added, so
-  they stay bitwise equal), and no gradient flows into them.
+  they stay bitwise equal), and no gradient flows into them. `prune` (the
+  same as `init_opt_state`'s) prunes the trainable matrices as it goes.
   """
   mask = trainable(spec, params)
   loss_fn = text_loss if spec.text_to_text else head_loss
@@ -219,7 +228,8 @@ def train_step(spec: Spec, params, opt_state, batch: dict, rng):
     return loss_fn(spec, p, batch, rng)
 
   loss, grads = jax.value_and_grad(objective)(params)
-  updates, opt_state = optimizer(spec, mask).update(grads, opt_state, params)
+  updates, opt_state = optimizer(spec, mask, prune).update(grads, opt_state,
+                                                           params)
   params = jax.tree_util.tree_map(lambda p, u, t: p + u if t else p,
                                   params, updates, mask)
   return params, opt_state, loss

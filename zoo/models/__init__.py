@@ -37,6 +37,7 @@ FAMILIES = {
     "transfo_xl": "zoo.models.transfo_xl",
     "longformer": "zoo.models.longformer",
     "reformer": "zoo.models.reformer",
+    "mobilebert": "zoo.models.mobilebert",
 }
 
 

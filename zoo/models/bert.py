@@ -50,14 +50,16 @@ class Config:
   pooler: bool = True  # tanh dense on the first token -> "pooled"
   nsp_head: bool = True  # 2-way sentence head on "pooled" -> "nsp_logits"
   attention_impl: str = "auto"  # see layers.attention
+  head_dim: int = 0  # H; 0: embed_dim // num_heads (head pruning sets it)
 
   def block(self) -> blocks.BlockConfig:
     """The BlockConfig of every layer."""
-    if self.embed_dim % self.num_heads:
+    if not self.head_dim and self.embed_dim % self.num_heads:
       raise ValueError(f"embed_dim {self.embed_dim} is not divisible by "
                        f"num_heads {self.num_heads}")
     return blocks.BlockConfig(
-        num_heads=self.num_heads, head_dim=self.embed_dim // self.num_heads,
+        num_heads=self.num_heads,
+        head_dim=self.head_dim or self.embed_dim // self.num_heads,
         mlp_dim=self.mlp_dim, activation=self.activation,
         norm_eps=self.norm_eps, dropout_rate=self.dropout_rate,
         attention_dropout_rate=self.attention_dropout_rate,
