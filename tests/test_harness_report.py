@@ -75,6 +75,10 @@ def test_markdown_holds_every_view_floor_and_stars(results):
   assert "Kendall" not in text
   assert "- good beats random_bert on minimal pairs, linear probe, " in text
   assert "- same beats random_bert on no view" in text
+  # Loss and throughput of each pre-trained row, none for random init.
+  pre = text.split("**pre-training**")[1].split("**minimal pairs**")[0]
+  assert "| good | bert | 3.000 | 1.00M | 30 | 33,333 |" in pre
+  assert "random_bert" not in pre
 
 
 def test_kendall_tau_against_the_published_order():
@@ -101,7 +105,8 @@ def test_results_files_plots_and_readme_section(results, tmp_path):
   report.update_readme(str(readme), str(tmp_path), "make demo")
   report.update_readme(str(readme), str(tmp_path), "zoo.compare ...", "t5")
   text = readme.read_text()
-  assert "old" not in text and text.count("| good | bert |") == 2
+  # Both blocks, each with the good row's main and pre-training lines.
+  assert "old" not in text and text.count("| good | bert |") == 4
   assert text.startswith("intro") and text.endswith("rest\n")
   assert "--block t5` from the results.json of `zoo.compare ...`" in text
   readme.write_text("no markers")

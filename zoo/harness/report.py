@@ -247,6 +247,25 @@ def _t5_lines(results: dict) -> list[str]:
                   CITATION]
 
 
+def pretrain_table(results: dict) -> list[str]:
+  """Each pre-trained row's final training loss and throughput (tokens
+  over wall seconds, compilation and checkpoints included)."""
+  rows = [r for r in results["rows"] if r["pretrain"]]
+  if not rows:
+    return []
+  lines = ["**pre-training**", "",
+           "| row | model | final loss | tokens | seconds | tokens/s |",
+           "|---|---|---|---|---|---|"]
+  for r in rows:
+    pre = r["pretrain"]
+    loss = f"{pre['loss']:.3f}" if "loss" in pre else "-"
+    rate = pre["tokens"] / pre["seconds"] if pre.get("seconds") else 0
+    lines.append(f"| {r['name']} | {r['model']} | {loss} | "
+                 f"{pre['tokens'] / 1e6:.2f}M | {pre['seconds']:.0f} | "
+                 f"{rate:,.0f} |")
+  return lines + [""]
+
+
 def markdown(results: dict) -> str:
   """The results as GitHub markdown, with a legend."""
   seeds = len(results["seeds"])
@@ -260,6 +279,7 @@ def markdown(results: dict) -> str:
       "all layers, mean-pooled). Few-shot: full fine-tuning on K examples "
       "per class, text-to-text rows ranked over the label strings."), ""]
   lines += verdicts(results) + [""]
+  lines += pretrain_table(results)
   for view in VIEWS:
     lines += item_table(results, view) + [""]
   lines += _t5_lines(results)
