@@ -139,3 +139,29 @@ def test_depth_record_goes_to_its_own_block(tmp_path):
   assert "from the output of `bench/depth.py`" in text
   assert "| reversible | 8 | 1.0 | 4.0 |" in text
   assert "reversible: temporaries 0.00, total 1.00" in text
+
+
+def test_prune_and_quant_records_render_their_tables():
+  prune = {"bench": "prune", "machine": MACHINE, "batch": 2, "seq_len": 128,
+           "steps": 3, "remove": 0.5,
+           "results": {"small": {"heads": 8, "heads_kept": 4, "layers": 4,
+                                 "embed": 512, "params_full": 29.06e6,
+                                 "params_pruned": 26.96e6,
+                                 "seconds_full": 0.2, "seconds_pruned": 0.15,
+                                 "ratio": 0.75}}}
+  gap = {"max_abs_diff": 0.0861, "argmax_agree": 0.943}
+  quant = {"bench": "quant", "machine": MACHINE, "size": "small",
+           "batch": 8, "length": 128, "dots": {"s32": 24, "f32": 8},
+           "seconds": {"float32": 0.5, "int8": 0.125},
+           "accuracy": {"fake_vs_float32": gap, "int8_vs_float32": gap,
+                        "int8_vs_fake": gap, "max_abs_logit": 2.6}}
+  text = report.section([prune, quant])
+  assert "`bench/quant.py` and `bench/prune.py`" in text
+  assert ("| bert-small | 8 | 29.06M | 200.0 | 4 | 26.96M | 150.0 | 0.75 |"
+          in text)
+  assert "50% of each layer's heads" in text
+  assert "dots by result type: 8 f32, 24 s32" in text
+  assert "| int8 | 125.0 | 0.0861 | 94.3% |" in text
+  assert "float32 / int8 time: 4.00." in text
+  with pytest.raises(ValueError, match="unknown benchmark record 'nope'"):
+    report.section([dict(prune, bench="nope")])
