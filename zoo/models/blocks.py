@@ -14,6 +14,7 @@ unrolled, `layers` scanned, `layer` shared (ALBERT).
 """
 
 import dataclasses
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -43,14 +44,16 @@ def remat_policy(value) -> str:
   return value
 
 
-def rematted(block_cls, value):
-  """`block_cls`, recomputed in the backward pass as `value` says."""
+def rematted(block_cls, value, static_argnums=(7,)):
+  """`block_cls`, recomputed in the backward pass as `value` says
+  (`static_argnums`: `Block`'s `deterministic`; none for a family layer
+  that takes it as a field)."""
   name = remat_policy(value)
   if name == "none":
     return block_cls
   policy = (jax.checkpoint_policies.dots_with_no_batch_dims_saveable
             if name == "dots" else None)
-  return nn.remat(block_cls, static_argnums=(7,), policy=policy)
+  return nn.remat(block_cls, static_argnums=static_argnums, policy=policy)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,3 +223,52 @@ def stack_layer_params(per_layer: list[dict]) -> dict:
     The `layers` subtree of a scanned `Stack`: `{"block": stacked}`.
   """
   return {"block": jax.tree.map(lambda *xs: jnp.stack(xs), *per_layer)}
+
+
+class _LayerScanBody(nn.Module):
+  """A family layer as a scan body: x carried, the other inputs broadcast."""
+  layer: Any
+  config: Any
+  deterministic: bool
+
+  @nn.compact
+  def __call__(self, x, *args):
+    layer = rematted(self.layer, self.config.remat, static_argnums=())
+    y = layer(self.config, self.deterministic, name="block")(x, *args)
+    y = nn.with_logical_constraint(y, ACTIVATION_AXES)
+    return y, y
+
+
+class LayerStack(nn.Module):
+  """L layers of a family's own kind, unrolled (`layer_<i>`) or as one
+  scan (`layers/block`, params stacked on axis 0), as `config.scan_layers`
+  and `config.remat` say. A layer is `layer(config, deterministic)(x,
+  *args) -> x`; `args` (masks, a context) reach every layer unchanged.
+
+  Attributes:
+    layer: the layer's Module class.
+    config: the family config (`num_layers`, `scan_layers`, `remat`).
+  """
+  layer: Any
+  config: Any
+
+  @nn.compact
+  def __call__(self, x: Array, *args,
+               deterministic: bool = True) -> tuple[Array, ...]:
+    """x [B, T, D] -> L layer outputs [B, T, D] float32."""
+    c = self.config
+    x = nn.with_logical_constraint(x, ACTIVATION_AXES)
+    if c.scan_layers:
+      scan = nn.scan(
+          _LayerScanBody, variable_axes={"params": 0},
+          split_rngs={"params": True, "dropout": True},
+          in_axes=(nn.broadcast,) * len(args), length=c.num_layers,
+          metadata_params={nn.PARTITION_NAME: "layers"})
+      _, ys = scan(self.layer, c, deterministic, name="layers")(x, *args)
+      return tuple(ys[i] for i in range(c.num_layers))
+    cls, outs = rematted(self.layer, c.remat, static_argnums=()), []
+    for i in range(c.num_layers):
+      x = cls(c, deterministic, name=f"layer_{i}")(x, *args)
+      x = grad_barrier(nn.with_logical_constraint(x, ACTIVATION_AXES))
+      outs.append(x)
+    return tuple(outs)

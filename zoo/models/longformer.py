@@ -42,7 +42,6 @@ from zoo.models import bert
 from zoo.models import blocks
 from zoo.models import layers
 from zoo.models import masks
-from zoo.models.barrier import grad_barrier
 
 Array = jax.Array
 INTERFACE = "encoder"
@@ -367,63 +366,6 @@ class Layer(nn.Module):
     return sublayer(x, mlp(x, self.deterministic), "mlp")
 
 
-def _layer_class(remat) -> type[nn.Module]:
-  """`Layer`, recomputed in the backward pass as `remat` says."""
-  name = blocks.remat_policy(remat)
-  if name == "none":
-    return Layer
-  policy = (jax.checkpoint_policies.dots_with_no_batch_dims_saveable
-            if name == "dots" else None)
-  return nn.remat(Layer, policy=policy)
-
-
-def _constrain(x: Array) -> Array:
-  return nn.with_logical_constraint(x, blocks.ACTIVATION_AXES)
-
-
-class _ScanBody(nn.Module):
-  """Layer as a scan body: x carried, the context broadcast."""
-  config: Config
-  deterministic: bool
-
-  @nn.compact
-  def __call__(self, x, ctx):
-    y = _layer_class(self.config.remat)(
-        self.config, self.deterministic, name="block")(x, ctx)
-    y = _constrain(y)
-    return y, y
-
-
-class Encoder(nn.Module):
-  """L layers, unrolled (`layer_<i>`) or as one scan (`layers/block`).
-
-  Attributes:
-    config: a `Config`.
-  """
-  config: Config
-
-  @nn.compact
-  def __call__(self, x: Array, ctx: Context,
-               deterministic: bool = True) -> tuple[Array, ...]:
-    """x [B, T, D] -> L layer outputs [B, T, D] float32."""
-    c = self.config
-    x = _constrain(x)
-    if c.scan_layers:
-      scan = nn.scan(
-          _ScanBody, variable_axes={"params": 0},
-          split_rngs={"params": True, "dropout": True},
-          in_axes=(nn.broadcast,), length=c.num_layers,
-          metadata_params={nn.PARTITION_NAME: "layers"})
-      _, ys = scan(c, deterministic, name="layers")(x, ctx)
-      return tuple(ys[i] for i in range(c.num_layers))
-    cls, outs = _layer_class(c.remat), []
-    for i in range(c.num_layers):
-      x = grad_barrier(_constrain(cls(c, deterministic, name=f"layer_{i}")(
-          x, ctx)))
-      outs.append(x)
-    return tuple(outs)
-
-
 # ------------------------------------------------------------------ model ---
 
 
@@ -440,7 +382,7 @@ class Model(nn.Module):
     self.embeddings = bert.Embeddings(
         c.vocab_size, c.embed_dim, c.max_len, c.type_vocab_size, c.norm_eps,
         c.dropout_rate, c.dtype, c.position_init)
-    self.encoder = Encoder(c)
+    self.encoder = blocks.LayerStack(Layer, c)
     if c.pooler:
       self.pooler = layers.Dense(c.embed_dim, ("embed", "embed_out"),
                                  dtype=c.dtype)
@@ -485,7 +427,7 @@ class Model(nn.Module):
     ctx = make_context(tokens, c, segment_ids, global_mask)
     pos = layers.arange_positions(tokens, positions) + c.position_offset
     x = self.embeddings(tokens, pos, token_types, deterministic)
-    hs = self.encoder(x, ctx, deterministic)
+    hs = self.encoder(x, ctx, deterministic=deterministic)
     h = hs[-1]
     out = {"hidden": h, "layers": (x,) + hs}
     if return_logits:

@@ -41,7 +41,6 @@ from zoo.models import bert
 from zoo.models import blocks
 from zoo.models import layers
 from zoo.models import masks
-from zoo.models.barrier import grad_barrier
 
 Array = jax.Array
 INTERFACE = "encoder"
@@ -295,62 +294,6 @@ class Layer(nn.Module):
     return self._residual(h, x, "output_bottleneck", True)
 
 
-def _layer_class(remat) -> type[nn.Module]:
-  """`Layer`, recomputed in the backward pass as `remat` says."""
-  name = blocks.remat_policy(remat)
-  if name == "none":
-    return Layer
-  policy = (jax.checkpoint_policies.dots_with_no_batch_dims_saveable
-            if name == "dots" else None)
-  return nn.remat(Layer, policy=policy)
-
-
-def _constrain(x: Array) -> Array:
-  return nn.with_logical_constraint(x, blocks.ACTIVATION_AXES)
-
-
-class _ScanBody(nn.Module):
-  """Layer as a scan body: x carried, the mask broadcast."""
-  config: Config
-  deterministic: bool
-
-  @nn.compact
-  def __call__(self, x, mask):
-    y = _constrain(_layer_class(self.config.remat)(
-        self.config, self.deterministic, name="block")(x, mask))
-    return y, y
-
-
-class Encoder(nn.Module):
-  """L layers, unrolled (`layer_<i>`) or as one scan (`layers/block`).
-
-  Attributes:
-    config: a `Config`.
-  """
-  config: Config
-
-  @nn.compact
-  def __call__(self, x: Array, mask,
-               deterministic: bool = True) -> tuple[Array, ...]:
-    """x [B, T, D] -> L layer outputs [B, T, D] float32."""
-    c = self.config
-    x = _constrain(x)
-    if c.scan_layers:
-      scan = nn.scan(
-          _ScanBody, variable_axes={"params": 0},
-          split_rngs={"params": True, "dropout": True},
-          in_axes=(nn.broadcast,), length=c.num_layers,
-          metadata_params={nn.PARTITION_NAME: "layers"})
-      _, ys = scan(c, deterministic, name="layers")(x, mask)
-      return tuple(ys[i] for i in range(c.num_layers))
-    cls, outs = _layer_class(c.remat), []
-    for i in range(c.num_layers):
-      x = grad_barrier(_constrain(cls(c, deterministic, name=f"layer_{i}")(
-          x, mask)))
-      outs.append(x)
-    return tuple(outs)
-
-
 # ------------------------------------------------------------------ model ---
 
 
@@ -395,7 +338,7 @@ class Model(nn.Module):
   def setup(self):
     c = self.config
     self.embeddings = Embeddings(c)
-    self.encoder = Encoder(c)
+    self.encoder = blocks.LayerStack(Layer, c)
     if c.pooler and c.classifier_activation:
       self.pooler = layers.Dense(c.embed_dim, ("embed", "embed_out"),
                                  dtype=c.dtype)
@@ -422,7 +365,7 @@ class Model(nn.Module):
     attn_mask = bert.encoder_mask(tokens, c.pad_id, segment_ids, mask)
     pos = layers.arange_positions(tokens, positions)
     x = self.embeddings(tokens, pos, token_types, segments, deterministic)
-    hs = self.encoder(x, attn_mask, deterministic)
+    hs = self.encoder(x, attn_mask, deterministic=deterministic)
     h = hs[-1]
     out = {"hidden": h, "layers": (x,) + hs}
     if return_logits:
