@@ -221,7 +221,8 @@ def _check_divisible(shape, dim, name, target, mesh, where):
         "mesh or the rule for this axis")
 
 
-def _path_str(path) -> str:
+def path_str(path) -> str:
+  """A tree path as "a/b/c" (dict keys, attribute names, indices)."""
   parts = []
   for key in path:
     for attr in ("key", "name", "idx"):
@@ -261,7 +262,7 @@ def logical_shardings(tree, mesh: jax.sharding.Mesh, rules) -> Any:
   def one(path, leaf):
     if not _is_box(leaf):
       return NamedSharding(mesh, P())
-    value, where = leaf.value, _path_str(path)
+    value, where = leaf.value, path_str(path)
     names = getattr(leaf, "names", ())
     if not isinstance(leaf, nn.LogicallyPartitioned):
       # Mesh axis names given directly (`nn.Partitioned`), used as they are.

@@ -38,6 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from zoo import sharding
+
 SCOPES = ("tensor", "global")
 
 
@@ -114,17 +116,6 @@ def update_due(config: Config, step) -> jax.Array:
   return (step >= t0) & (step <= t1) & on_grid
 
 
-def path_name(path) -> str:
-  """A tree path as "a/b/c" (dict keys, attribute names, indices)."""
-  parts = []
-  for key in path:
-    for attr in ("key", "name", "idx"):
-      if hasattr(key, attr):
-        parts.append(str(getattr(key, attr)))
-        break
-  return "/".join(parts)
-
-
 def excluder(patterns: str) -> Callable[[str], bool]:
   """A path predicate: True for paths containing one of the comma-separated
   `patterns` (none: never)."""
@@ -135,7 +126,7 @@ def excluder(patterns: str) -> Callable[[str], bool]:
 def prunable(params, exclude: Callable[[str], bool]) -> Any:
   """A tree of Python bools like `params`: matrices not excluded."""
   return jax.tree_util.tree_map_with_path(
-      lambda path, p: p.ndim > 1 and not exclude(path_name(path)), params)
+      lambda path, p: p.ndim > 1 and not exclude(sharding.path_str(path)), params)
 
 
 class PruneState(NamedTuple):
@@ -282,7 +273,7 @@ def sparsity(params, exclude: Callable[[str], bool] | None = None
   tensors, zeros, size = {}, 0, 0
   flat = jax.tree_util.tree_flatten_with_path(params)[0]
   for path, p in flat:
-    name = path_name(path)
+    name = sharding.path_str(path)
     if np.ndim(p) < 2 or exclude(name):
       continue
     z = int(np.sum(np.asarray(p) == 0))
