@@ -92,19 +92,9 @@ FAMILIES = ("longformer",)
 def hf_config(family: str, config: longformer.Config) -> dict[str, Any]:
   """The Hugging Face config dict `make_config` reads back as `config`
   (a dilation other than 1 reads back as 1, so export refuses it)."""
-  del family
   return dict(
-      model_type="longformer", vocab_size=config.vocab_size,
-      hidden_size=config.embed_dim, num_hidden_layers=config.num_layers,
-      num_attention_heads=config.num_heads,
-      intermediate_size=config.mlp_dim,
-      hidden_act=common.hf_name(bert_convert.ACTIVATIONS, config.activation,
-                                "activation"),
-      hidden_dropout_prob=config.dropout_rate,
-      attention_probs_dropout_prob=config.attention_dropout_rate,
-      max_position_embeddings=config.max_len,
-      type_vocab_size=config.type_vocab_size, layer_norm_eps=config.norm_eps,
-      pad_token_id=config.pad_id, attention_window=config.attention_window)
+      bert_convert.hf_config(family, config),
+      attention_window=config.attention_window)
 
 
 def prepare_export(family: str, config: longformer.Config, params):

@@ -171,19 +171,9 @@ FAMILIES = ("mobilebert",)
 
 def hf_config(family: str, config: mobilebert.Config) -> dict[str, Any]:
   """The Hugging Face config dict `make_config` reads back as `config`."""
-  del family
   return dict(
-      model_type="mobilebert", vocab_size=config.vocab_size,
-      hidden_size=config.embed_dim, num_hidden_layers=config.num_layers,
-      num_attention_heads=config.num_heads,
-      intermediate_size=config.mlp_dim,
-      hidden_act=common.hf_name(bert_convert.ACTIVATIONS, config.activation,
-                                "activation"),
-      hidden_dropout_prob=config.dropout_rate,
-      attention_probs_dropout_prob=config.attention_dropout_rate,
-      max_position_embeddings=config.max_len,
-      type_vocab_size=config.type_vocab_size, layer_norm_eps=config.norm_eps,
-      pad_token_id=config.pad_id, embedding_size=config.embedding_dim,
+      bert_convert.hf_config(family, config),
+      embedding_size=config.embedding_dim,
       trigram_input=config.trigram_input,
       use_bottleneck=config.use_bottleneck,
       intra_bottleneck_size=config.intra_dim,
