@@ -37,7 +37,9 @@ def finish(c: ml_collections.ConfigDict, arg: str | None
   """Applies an argument string: `tiny` or `size=...`, then `key=value`s.
 
   `model_args.FIELD=value` sets a field of the model family's Config
-  (e.g. `size=large,model_args.scan_layers=true`), typed as its default.
+  (e.g. `size=large,model_args.scan_layers=true`), typed as its default;
+  `objective_args.FIELD=value` one the config file set
+  (`objective_args.teacher=workdirs/bert`).
   """
   args = parse_arg(arg)
   size = args.pop("size", None)
@@ -49,6 +51,14 @@ def finish(c: ml_collections.ConfigDict, arg: str | None
     if key.startswith("model_args."):
       field = key.split(".", 1)[1]
       c.model_args[field] = typed(key, _model_default(c.model, field), value)
+      continue
+    if key.startswith("objective_args."):
+      field = key.split(".", 1)[1]
+      if field not in c.objective_args:
+        raise ValueError(f"config argument {key!r}: the config sets no "
+                         f"objective_args.{field}; it sets "
+                         f"{sorted(c.objective_args)}")
+      c.objective_args[field] = typed(key, c.objective_args[field], value)
       continue
     if key not in c:
       raise ValueError(f"config argument {key!r} is not a config key")

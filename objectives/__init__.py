@@ -81,6 +81,9 @@ class Objective(abc.ABC):
   """A bound scheme: models, corruption and loss. Subclasses set these."""
   name: str = ""
   interface: str = ""  # "encoder" | "decoder" | "encdec" | "pair" | "lstm"
+  # Top-level params keys the optimizer never updates (a distillation
+  # teacher): their updates are zero and they hold no optimizer state.
+  frozen: tuple[str, ...] = ()
 
   @abc.abstractmethod
   def init(self, rng, batch: dict[str, Any]):
@@ -97,6 +100,20 @@ class Objective(abc.ABC):
   def __call__(self, params, batch, rng, deterministic: bool = False):
     """`(loss, metrics)`: the same as `loss`."""
     return self.loss(params, batch, rng, deterministic)
+
+  def warm_start(self, params):
+    """The params a fresh run starts from, given its fresh init.
+
+    Args:
+      params: the unboxed init (the tree of `init`, sharded jax Arrays).
+
+    Returns:
+      The same tree: `params` itself by default. A scheme that starts from
+      trained weights (a teacher, a student cut from it) returns host or
+      device arrays of the same shapes; the trainer places them with the
+      init's shardings. Runs once, on the host, never on a resumed run.
+    """
+    return params
 
   def init_carry(self, batch_size: int, seq_len: int):
     """What the scheme carries from one train step to the next, or None.

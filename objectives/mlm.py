@@ -98,7 +98,8 @@ class MaskedLM(common.Scheme):
                        f"units: {UNITS}")
 
   def corrupt(self, batch, rng):
-    tokens, mask = mask_tokens(rng, batch, self.specials, **self.options)
+    opts = {k: self.options[k] for k in MLM_DEFAULTS}  # subclasses add more
+    tokens, mask = mask_tokens(rng, batch, self.specials, **opts)
     return gather_predictions(dict(batch, inputs=tokens, mask=mask),
                               self.options["rate"])
 

@@ -50,9 +50,21 @@ def test_every_scheme_has_a_config():
   assert not missing, f"schemes without a config: {sorted(missing)}"
 
 
+@pytest.fixture(scope="module")
+def teacher_workdir(tmp_path_factory):
+  """A BERT trained one step on the sample: what distillation configs
+  distil from."""
+  workdir = tmp_path_factory.mktemp("teacher")
+  train_mod.train(_one_step_config("bert_mlm"), str(workdir))
+  return str(workdir)
+
+
 @pytest.mark.parametrize("name", CONFIGS)
-def test_config_trains_one_sharded_step_on_the_sample(name, tmp_path):
+def test_config_trains_one_sharded_step_on_the_sample(name, tmp_path,
+                                                      request):
   config = _one_step_config(name)
+  if "teacher" in config.objective_args:
+    config.objective_args.teacher = request.getfixturevalue("teacher_workdir")
   out = train_mod.train(config, str(tmp_path))
   assert out["step"] == 1
   assert math.isfinite(out["loss"]) and out["loss"] > 0

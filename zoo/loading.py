@@ -368,6 +368,45 @@ def load_hf(folder: str) -> Loaded:
   return Loaded(family, config, params, tokenizer, None, folder)
 
 
+class Teacher:
+  """A trained model a distillation scheme learns from, read on first use.
+
+  `family`, `config` and `params` are those of `load(path)`: the teacher's
+  backbone as fine-tuning sees it. Nothing is read until one of them is
+  asked for, so loading a distilled student (`load` of its workdir, which
+  needs only the student) never touches the teacher's path.
+  """
+
+  def __init__(self, path: str):
+    self.path = os.fspath(path)
+
+  @functools.cached_property
+  def loaded(self) -> Loaded:
+    """The teacher's `Loaded` (read once)."""
+    try:
+      # First asked for while a scheme's init is traced: read eagerly.
+      with jax.ensure_compile_time_eval():
+        return load(self.path)
+    except FileNotFoundError as e:
+      raise FileNotFoundError(f"the distillation teacher {self.path!r} "
+                              f"cannot be read: {e}") from None
+
+  @property
+  def family(self) -> str:
+    return self.loaded.family
+
+  @property
+  def config(self):
+    return self.loaded.config
+
+  @property
+  def params(self):
+    return self.loaded.params
+
+  def __repr__(self) -> str:
+    return f"Teacher({self.path!r})"
+
+
 def load(path, step: int | None = None) -> Loaded:
   """An Orbax workdir or a Hugging Face model folder, ready to call.
 

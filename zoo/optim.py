@@ -75,3 +75,25 @@ def make(opt_cfg, steps: int) -> optax.GradientTransformation:
   tx = optax.chain(*parts)
   prune = magnitude.from_block(opt_cfg.get("prune"))
   return tx if prune is None else magnitude.prune(tx, prune)
+
+
+def freeze(tx: optax.GradientTransformation, keys
+           ) -> optax.GradientTransformation:
+  """`tx` on every top-level params key but `keys`, whose updates are zero.
+
+  Args:
+    tx: the transformation of the trained params.
+    keys: top-level keys of the params dict never trained
+      (`Objective.frozen`); empty: `tx` itself.
+
+  Returns:
+    A transformation over the whole params dict; the frozen subtrees keep
+    no optimizer state, and `params + 0` leaves them bitwise as they were.
+  """
+  keys = tuple(keys)
+  if not keys:
+    return tx
+  labels = lambda params: {k: "frozen" if k in keys else "train"
+                           for k in params}
+  return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()},
+                               labels)

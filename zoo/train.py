@@ -107,7 +107,8 @@ class _Run:
     """The restored state and step, or a fresh sharded init at 0."""
     latest = self.ckpt.latest_step()
     if latest is None:
-      return self.setup.init(lib.init_rng(int(self.config.seed))), 0
+      state = self.setup.init(lib.init_rng(int(self.config.seed)))
+      return lib.warm_start(self.objective, state, self.setup), 0
     target = ckpt_lib.with_shardings(self.setup.abstract, self.setup.shardings)
     state, meta = self.ckpt.restore(latest, target)
     # Rows are addressed globally: any number of processes resumes. An

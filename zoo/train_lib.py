@@ -29,6 +29,7 @@ from zoo import accumulate
 from zoo import config as config_lib
 from zoo import distributed
 from zoo import models
+from zoo import optim
 from zoo import precision
 from zoo import sharding
 
@@ -126,10 +127,16 @@ def build_objective(config, specials: objectives.Specials, tokenizer=None,
   The compute dtype follows `zoo.precision`'s policy for `platform` (the
   backend the step compiles for; default jax's) unless
   `model_args.dtype` sets it. A character-CNN ELMo also gets the character
-  table of `tokenizer`'s pieces (required then).
+  table of `tokenizer`'s pieces (required then). A `teacher` option (a
+  distillation scheme's, a path) becomes a lazy `zoo.loading.Teacher`.
   """
   config = config_lib.complete(config)
   options = dict(config.objective_args)
+  if isinstance(options.get("teacher"), str) and options["teacher"]:
+    # A distillation teacher named by its path: read when the scheme first
+    # needs it (zoo.loading imports this module, hence here).
+    from zoo import loading  # pylint: disable=import-outside-toplevel
+    options["teacher"] = loading.Teacher(options["teacher"])
   model_args = precision.resolve(dict(config.model_args), platform)
   if model_args:
     options["model_args"] = model_args
@@ -175,6 +182,7 @@ def setup_state(objective, tx, config, mesh) -> Setup:
   """
   rules = sharding.check_rules(config.rules)
   example = example_batch(int(config.seq_len))
+  tx = optim.freeze(tx, objective.frozen)
 
   def init_boxed(rng):
     params = objective.init(rng, example)
@@ -193,6 +201,24 @@ def setup_state(objective, tx, config, mesh) -> Setup:
   return Setup(mesh=mesh, rules=rules, abstract=sharding.unbox(boxed),
                shardings=shardings, init=init,
                batch_sharding=sharding.batch_sharding(mesh, rules))
+
+
+def warm_start(objective, state, setup: Setup):
+  """A fresh state with the params the objective starts from
+  (`Objective.warm_start`), placed with the state's shardings."""
+  params = objective.warm_start(state["params"])
+  if params is state["params"]:
+    return state
+  shardings = setup.shardings["params"]
+  def place(value, sharding_, like):
+    value = np.asarray(value, like.dtype)
+    if value.shape != like.shape:
+      raise ValueError(f"warm start gives {value.shape} for a param of "
+                       f"shape {like.shape}")
+    return jax.make_array_from_callback(value.shape, sharding_,
+                                        lambda index: value[index])
+  placed = jax.tree_util.tree_map(place, params, shardings, state["params"])
+  return dict(state, params=placed)
 
 
 def global_batch(local: dict[str, np.ndarray], batch_sharding,
@@ -318,6 +344,7 @@ def make_train_step(objective, tx, config, setup: Setup, lr_fn):
   stays as it was too).
   """
   micro, seed = int(config.microbatches), int(config.seed)
+  tx = optim.freeze(tx, objective.frozen)  # as setup_state's state was made
   if "memory" in setup.abstract and micro > 1:
     raise ValueError(f"objective {config.objective!r} carries a memory from "
                      f"step to step, row by row; it trains with "

@@ -14,6 +14,7 @@ unrolled, `layers` scanned, `layer` shared (ALBERT).
 """
 
 import dataclasses
+import re
 from typing import Any
 
 import flax.linen as nn
@@ -143,8 +144,10 @@ class Block(nn.Module):
 
 
 # Collections a scanned stack keeps per layer (stacked on axis 0): the
-# params, and int8 quantisation's ranges and scales (`zoo.compress.quant`).
-SCANNED_COLLECTIONS = ("params", "quant_stats", "quant_scales")
+# params, int8 quantisation's ranges and scales (`zoo.compress.quant`) and
+# sown intermediates (attention scores, for distillation).
+SCANNED_COLLECTIONS = ("params", "quant_stats", "quant_scales",
+                       "intermediates")
 
 
 class _ScanBody(nn.Module):
@@ -223,6 +226,106 @@ def stack_layer_params(per_layer: list[dict]) -> dict:
     The `layers` subtree of a scanned `Stack`: `{"block": stacked}`.
   """
   return {"block": jax.tree.map(lambda *xs: jnp.stack(xs), *per_layer)}
+
+
+def _layer_keys(tree: dict) -> list[str]:
+  return sorted((k for k in tree if re.fullmatch(r"layer_\d+", k)),
+                key=lambda k: int(k[6:]))
+
+
+def _per_layer(tree: dict) -> list[dict] | None:
+  """The L per-layer param trees of a stack's subtree (`layer_<i>` keys, or
+  a scanned `layers/block` stacked on axis 0); None if it holds no stack."""
+  keys = _layer_keys(tree)
+  if keys:
+    return [tree[k] for k in keys]
+  block = tree.get("layers")
+  if isinstance(block, dict) and set(block) == {"block"}:
+    stacked = block["block"]
+    count = jax.tree.leaves(stacked)[0].shape[0]
+    return [jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(count)]
+  return None
+
+
+def take_layers(params: dict, keep: list[int], scanned: bool) -> dict:
+  """A model's params with only the stack layers `keep`, renumbered.
+
+  Args:
+    params: a model's param tree, its stacks unrolled or scanned (the
+      layouts of `Stack` and `LayerStack`).
+    keep: indices of the layers kept, in order (DistilBERT's student keeps
+      every other layer of its teacher).
+    scanned: the layout of the result's stacks.
+
+  Returns:
+    The tree with every stack cut to `len(keep)` layers; the rest as it was.
+  """
+  if not isinstance(params, dict):
+    return params
+  layers_ = _per_layer(params)
+  if layers_ is None:
+    return {k: take_layers(v, keep, scanned) for k, v in params.items()}
+  out = {k: take_layers(v, keep, scanned) for k, v in params.items()
+         if k != "layers" and not re.fullmatch(r"layer_\d+", k)}
+  chosen = [layers_[i] for i in keep]
+  if scanned:
+    out["layers"] = stack_layer_params(chosen)
+  else:
+    out.update({f"layer_{i}": p for i, p in enumerate(chosen)})
+  return out
+
+
+def first_stack(params: dict) -> list[dict]:
+  """The per-layer param trees of the first stack in a model's params.
+
+  Raises:
+    ValueError: the tree holds no stack.
+  """
+  todo = [params]
+  while todo:
+    tree = todo.pop(0)
+    found = _per_layer(tree)
+    if found is not None:
+      return found
+    todo += [v for v in tree.values() if isinstance(v, dict)]
+  raise ValueError("the params hold no layer stack (layer_<i> or "
+                   "layers/block)")
+
+
+def is_scanned(params: dict) -> bool:
+  """Whether a param tree holds a scanned stack (`layers/block`)."""
+  if not isinstance(params, dict):
+    return False
+  block = params.get("layers")
+  if isinstance(block, dict) and set(block) == {"block"}:
+    return True
+  return any(is_scanned(v) for v in params.values())
+
+
+def sown_scores(intermediates) -> list[Array]:
+  """Each self-attention layer's sown `attention_scores`, in layer order.
+
+  Args:
+    intermediates: the "intermediates" collection of a model applied with
+      it mutable (`layers.MultiHeadAttention` sows "scores").
+
+  Returns:
+    L arrays [B, N, T, S] float32: unrolled (`layer_<i>`), scanned (split
+    from the stacked axis) or shared (ALBERT: one sow per application).
+  """
+  found = []
+  for path, leaf in jax.tree_util.tree_flatten_with_path(intermediates)[0]:
+    keys = [getattr(p, "key", getattr(p, "idx", None)) for p in path]
+    if "scores" not in keys or "cross_attention" in keys:
+      continue
+    layer = next((int(k[6:]) for k in keys if isinstance(k, str)
+                  and re.fullmatch(r"layer_\d+", k)), 0)
+    call = keys[-1] if isinstance(keys[-1], int) else 0
+    if "layers" in keys:  # scanned: one stacked leaf
+      found += [((layer, call, i), leaf[i]) for i in range(leaf.shape[0])]
+    else:
+      found.append(((layer, call, 0), leaf))
+  return [x for _, x in sorted(found, key=lambda item: item[0])]
 
 
 class _LayerScanBody(nn.Module):

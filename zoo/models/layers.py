@@ -208,10 +208,43 @@ class RelativePositionBias(nn.Module):
 # ------------------------------------------------------------- attention ---
 
 
-def _dense_attention(q, k, v, mask, bias, scale, dtype, dropout):
+def _logits(q, k, bias, scale, dtype):
   logits = einsum("btnh,bsnh->bnts", q * scale, k, dtype)
   if bias is not None:
     logits = logits + bias.astype(jnp.float32)
+  return logits
+
+
+def _dense_mask(mask):
+  """A mask argument of `attention` as a dense [B|1, N|1, T, S] bool or None,
+  and the `masks.Segmented` it came from (or None)."""
+  segmented = mask if isinstance(mask, masks_lib.Segmented) else None
+  mask = segmented.dense if segmented is not None else mask
+  if mask is not None and mask.ndim == 3:
+    mask = mask[:, None]
+  return mask, segmented
+
+
+def attention_scores(q: Array, k: Array, *, mask=None,
+                     bias: Array | None = None, scale: float | None = None,
+                     dtype: str = "float32") -> Array:
+  """Pre-softmax attention logits, what attention distillation compares.
+
+  Args:
+    q, k, mask, bias, scale, dtype: as in `attention`.
+
+  Returns:
+    [B, N, T, S] float32 logits, 0 where the mask forbids attending (so a
+    student and its teacher agree there by construction).
+  """
+  scale = q.shape[-1] ** -0.5 if scale is None else scale
+  logits = _logits(q, k, bias, scale, compute_dtype(dtype))
+  mask, _ = _dense_mask(mask)
+  return logits if mask is None else jnp.where(mask, logits, 0.0)
+
+
+def _dense_attention(q, k, v, mask, bias, scale, dtype, dropout):
+  logits = _logits(q, k, bias, scale, dtype)
   if mask is not None:
     logits = jnp.where(mask, logits, _MASK_VALUE)
   probs = jax.nn.softmax(logits, axis=-1)
@@ -247,10 +280,7 @@ def attention(q: Array, k: Array, v: Array, *, mask=None,
   """
   cdtype = compute_dtype(dtype)
   scale = q.shape[-1] ** -0.5 if scale is None else scale
-  segmented = mask if isinstance(mask, masks_lib.Segmented) else None
-  mask = segmented.dense if segmented is not None else mask
-  if mask is not None and mask.ndim == 3:
-    mask = mask[:, None]
+  mask, segmented = _dense_mask(mask)
   if impl not in ("auto", "einsum", "xla", "cudnn", "splash"):
     raise ValueError(f"unknown attention impl {impl!r}")
   fits = splash.applies(q.shape[1], k.shape[1], segmented, bias, dropout)
@@ -284,6 +314,9 @@ def _fused_attention(q, k, v, mask, bias, scale, cdtype, impl):
 
 class MultiHeadAttention(nn.Module):
   """Self- or cross-attention with separate query/key/value projections.
+
+  Applied with the "intermediates" collection mutable, it also sows its
+  `attention_scores` [B, N, T, S] as "scores".
 
   Params: query/key/value kernels [D, N, H] (`embed, heads, kv`), out kernel
   [N, H, D] (`heads, kv, embed`), biases when `use_bias`.
@@ -319,6 +352,11 @@ class MultiHeadAttention(nn.Module):
         use_bias=self.use_bias, dtype=self.dtype,
         kernel_init=self.kernel_init, name=name)
     q, k, v = proj("query")(x), proj("key")(kv), proj("value")(kv)
+    if self.is_mutable_collection("intermediates"):
+      # Only when the caller asks (`apply(..., mutable="intermediates")`):
+      # attention distillation reads every layer's scores.
+      self.sow("intermediates", "scores", attention_scores(
+          q, k, mask=mask, bias=bias, scale=self.scale, dtype=self.dtype))
     dropout = None
     if self.dropout_rate > 0 and not deterministic:
       dropout = Dropout(self.dropout_rate, deterministic=False)
