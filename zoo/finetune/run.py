@@ -31,6 +31,7 @@ from flax import traverse_util
 
 from zoo import models
 from zoo.finetune import arrays as arrays_lib
+from zoo.finetune import distill as distill_lib
 from zoo.finetune import evaluate as evaluate_lib
 from zoo.finetune import spec as spec_lib
 from zoo.finetune import steps as step_lib
@@ -150,7 +151,8 @@ def _train_arrays(spec: Spec, task, tokenizer, lengths: dict) -> dict:
   return arrays
 
 
-def _train(spec: Spec, params, arrays: dict, batch_size: int, seed: int):
+def _train(spec: Spec, params, arrays: dict, batch_size: int, seed: int,
+           prune=None):
   """Runs `spec.steps` train steps; returns (params, losses)."""
   keys = [k for k in arrays if k not in ("word_pos", "prompt")]
   n = len(arrays[keys[0]])
@@ -158,14 +160,15 @@ def _train(spec: Spec, params, arrays: dict, batch_size: int, seed: int):
   need = spec.steps * batch_size
   index = np.concatenate([order.permutation(n)
                           for _ in range(-(-need // n))])[:need]
-  opt_state = step_lib.init_opt_state(spec, params)
+  opt_state = step_lib.init_opt_state(spec, params, prune)
   rng = jax.random.key(seed)
   losses = []
   for step in range(spec.steps):
     rows = index[step * batch_size:(step + 1) * batch_size]
     batch = {k: arrays[k][rows] for k in keys}
     params, opt_state, loss = step_lib.train_step(
-        spec, params, opt_state, batch, jax.random.fold_in(rng, step))
+        spec, params, opt_state, batch, jax.random.fold_in(rng, step),
+        prune=prune)
     losses.append(loss)
   return params, [float(x) for x in jax.device_get(losses)]
 
@@ -178,7 +181,9 @@ def finetune(family: str, config, params, task, tokenizer, *,
              pool: str = "auto", tagger: str = "linear",
              splits: tuple[str, ...] = ("validation", "test"),
              eval_limit: int | None = None, beams: int = 0,
-             scoring: str = "rank", return_state: bool = False):
+             scoring: str = "rank", teacher: "State | None" = None,
+             soft_weight: float = 1.0, temperature: float = 1.0,
+             prune=None, return_state: bool = False):
   """Fine-tunes a backbone on a task and scores it.
 
   Args:
@@ -208,6 +213,13 @@ def finetune(family: str, config, params, task, tokenizer, *,
     beams: >1 decodes encoder-decoders with beam search.
     scoring: how text-to-text models answer class and pair tasks: "rank"
       (the label string of highest likelihood) or "generate".
+    teacher: a fine-tuned teacher's `State` on this task: the student
+      also learns its soft labels (`zoo.finetune.distill`; TinyBERT's
+      task stage).
+    soft_weight, temperature: with a teacher, the weight of its soft labels
+      against the gold ones (1: soft only) and their temperature T.
+    prune: a `zoo.compress.magnitude.Config`: gradual magnitude pruning of
+      the trainable matrices while fine-tuning (Zhu & Gupta's schedule).
     return_state: also return a `State`.
 
   Returns:
@@ -225,7 +237,13 @@ def finetune(family: str, config, params, task, tokenizer, *,
   spec_lib.check(spec, tokenizer, lengths)
   state = init_params(spec, params, max_len, jax.random.key(seed))
   arrays = _train_arrays(spec, task, tokenizer, lengths)
-  state, losses = _train(spec, state, arrays, batch_size, seed)
+  if teacher is not None:
+    spec = dataclasses.replace(spec, soft_weight=float(soft_weight),
+                               temperature=float(temperature))
+    distill_lib.check(spec, teacher)
+    arrays["soft_logits"] = distill_lib.soft_logits(teacher, arrays,
+                                                    batch_size)
+  state, losses = _train(spec, state, arrays, batch_size, seed, prune)
   metrics = {"train/loss": float(np.mean(losses[-max(1, steps // 10):]))}
   predictions = {}
   for split in splits:

@@ -48,6 +48,9 @@ class Spec:
       (over non-pad positions).
     tagger: the head of tags tasks, one of `TAGGERS`: "linear" per piece,
       or "bilstm" (a BiLSTM over the states, then linear).
+    soft_weight: task distillation (`zoo.finetune.distill`): the weight of
+      the teacher's soft labels against the gold ones; 0 = none.
+    temperature: T of the soft labels.
   """
   family: str
   config: Any
@@ -63,6 +66,8 @@ class Spec:
   head_dropout: float = 0.1
   pool: str = "cls"
   tagger: str = "linear"
+  soft_weight: float = 0.0
+  temperature: float = 1.0
 
   @property
   def text_to_text(self) -> bool:

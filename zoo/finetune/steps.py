@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from objectives import distill as distill_obj
 from zoo import models
 from zoo import optim
 from zoo.compress import magnitude
@@ -112,16 +113,29 @@ def _xent(logits, labels, weights):
   return jnp.sum(nll * weights), jnp.sum(weights)
 
 
+def _with_soft_labels(spec: Spec, out, batch: dict, weights, hard):
+  """`hard` mixed with the soft-label loss to the teacher's logits in
+  `batch["soft_logits"]` (`zoo.finetune.distill`)."""
+  soft = distill_obj.soft_target_sums(out, batch["soft_logits"], weights,
+                                      spec.temperature)
+  soft = soft["loss_sum"] / jnp.maximum(soft["weight_sum"], 1.0)
+  return spec.soft_weight * soft + (1.0 - spec.soft_weight) * hard
+
+
 def head_loss(spec: Spec, params, batch: dict, rng) -> jax.Array:
-  """Mean training loss of an encoder head on a batch."""
+  """Mean training loss of an encoder head on a batch (mixed with a
+  teacher's soft labels when `spec.soft_weight` > 0)."""
   out = head_forward(spec, params, batch, deterministic=False, rng=rng)
-  if spec.kind in ("class", "pair"):
-    total, count = _xent(out, batch["label"], jnp.ones(out.shape[:1]))
-  elif spec.kind == "regression":
+  if spec.kind in ("class", "pair", "tags"):
+    labels = batch["tags" if spec.kind == "tags" else "label"]
+    weights = (labels >= 0).astype(jnp.float32)
+    total, count = _xent(out, labels, weights)
+    hard = total / jnp.maximum(count, 1.0)
+    if spec.soft_weight:
+      return _with_soft_labels(spec, out, batch, weights, hard)
+    return hard
+  if spec.kind == "regression":
     total, count = jnp.sum(jnp.square(out - batch["label"])), out.shape[0]
-  elif spec.kind == "tags":
-    tags = batch["tags"]
-    total, count = _xent(out, tags, (tags >= 0).astype(jnp.float32))
   else:
     total = 0.0
     for name in ("start", "end"):
@@ -233,6 +247,13 @@ def train_step(spec: Spec, params, opt_state, batch: dict, rng,
   params = jax.tree_util.tree_map(lambda p, u, t: p + u if t else p,
                                   params, updates, mask)
   return params, opt_state, loss
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def logits_step(spec: Spec, params, batch: dict):
+  """The head's raw output on an encoder batch, no dropout: [B, C] logits
+  of class and pair tasks, [B, T, C] of tags."""
+  return head_forward(spec, params, batch, deterministic=True)
 
 
 @functools.partial(jax.jit, static_argnums=0)
