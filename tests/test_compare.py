@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import objectives
-from configs.compare import demo, family, long, smoke, t5_tables
+from configs.compare import compress, demo, family, long, smoke, t5_tables
 import flax.linen as nn
 
 from zoo import checkpoint, models, train_lib
@@ -248,7 +248,7 @@ def test_a_view_of_another_grid_is_refused(tmp_path):
 
 
 def test_shipped_grids_are_valid():
-  for module in (demo, t5_tables, smoke, family, long):
+  for module in (demo, t5_tables, smoke, family, long, compress):
     grid = module.get_config()
     cells.parse_cells(grid)
     assert len(grid.seeds) >= 2
@@ -259,7 +259,10 @@ def test_shipped_grids_are_valid():
   fam = family.get_config()
   assert objectives.aliases() == {"t5": "t5_span"}
   schemes = set(objectives.names()) - set(objectives.aliases())
-  assert {c["objective"] for c in fam.cells} == schemes
+  assert {c["objective"] for c in fam.cells} == schemes - set(
+      family.TEACHER_SCHEMES)
+  assert set(family.TEACHER_SCHEMES) <= {
+      c.get("objective") for c in compress.get_config().cells}
   memory = [c for c in cells.parse_cells(fam) if c.model == "transfo_xl"]
   assert [(c.name, c.objective_args) for c in memory] == [
       ("clm_memory", {"memory": True}), ("random_transfo_xl", {})]

@@ -3,7 +3,8 @@
     python -m zoo.compare --config configs/compare/family.py --workdir DIR
 
 Same budget, data, tasks and recipe as the demo grid, with one cell per
-scheme in `objectives.names()` (aliases skipped), and a random-init row
+scheme in `objectives.names()` (aliases skipped; distillation schemes run
+in `compress.py`, which trains their teacher), and a random-init row
 for every family they use. A scheme
 runs on the family its paper used (`PREFERRED`); a scheme registered later
 without an entry there gets the first family in `FALLBACK` it can bind to.
@@ -35,6 +36,10 @@ FAMILY_SCHEME.update(t5="t5_span", roberta="mlm", distilbert="mlm",
                      transfo_xl="clm", longformer="mlm", reformer="clm",
                      mobilebert="mlm")
 
+# Schemes that learn from a trained teacher (`objectives.distill`): they
+# run in `configs/compare/compress.py`, beside the teacher they shrink.
+TEACHER_SCHEMES = ("distil", "tinybert")
+
 # Cells beyond one per scheme: a family whose paper's point is an option of
 # a shared scheme.
 EXTRA = (dict(name="clm_memory", objective="clm", model="transfo_xl",
@@ -65,7 +70,7 @@ def get_config(arg: str | None = None):
   only = [n for n in args.pop("only", "").split("+") if n]
   aliases = objectives.aliases()  # e.g. "t5" is t5_span: one cell
   cells = [(name, name, family_of(name), "") for name in objectives.names()
-           if name not in aliases]
+           if name not in aliases and name not in TEACHER_SCHEMES]
   g = demo.grid(cells, **demo.parse(
       ",".join(f"{k}={v}" for k, v in args.items())))
   g.cells = list(g.cells) + [dict(c) for c in EXTRA]

@@ -48,6 +48,7 @@ size of a Dense (D, or N x H), O its output size.
 """
 
 import contextlib
+import contextvars
 import dataclasses
 import functools
 from typing import Any, Callable
@@ -200,6 +201,9 @@ def _input_amax(module: nn.Module, name: str, x: Array,
   """The input range of a quantised matmul: updated by the EMA of
   max |x| where "quant_stats" is mutable (training), read where frozen."""
   old = module.get_variable(STATS, name)
+  frozen = _FROZEN.get()
+  if old is None and frozen is not None:
+    old = frozen.get(tuple(module.path), {}).get(name)
   if module.is_mutable_collection(STATS):
     old = jnp.zeros((), jnp.float32) if old is None else old
     new = ema_update(old, abs_max(x), config.ema_decay)
@@ -326,12 +330,22 @@ def _handler(module: nn.Module, method: str, config: QuantConfig):
   return None
 
 
+def _outside(module: nn.Module) -> bool:
+  """Whether frozen stats were given (`fake_quantized(stats=...)`) and do
+  not cover this module: a model's new parts (a task head fine-tuned on
+  top of a calibrated backbone) then stay float."""
+  frozen = _FROZEN.get()
+  return (frozen is not None and tuple(module.path) not in frozen
+          and not module.is_mutable_collection(STATS)
+          and not module.has_variable(STATS, "input_amax"))
+
+
 def _interceptor(mode: str, config: QuantConfig):
   """The method interceptor of `mode` ("fake" or "int8")."""
   def intercept(next_fun, args, kwargs, context):
     module, method = context.module, context.method_name
     handler = _handler(module, method, config)
-    if handler is None:
+    if handler is None or _outside(module):
       return next_fun(*args, **kwargs)
     if module.is_initializing():
       if mode == "int8":
@@ -343,16 +357,69 @@ def _interceptor(mode: str, config: QuantConfig):
   return intercept
 
 
+# Frozen "quant_stats" given to `fake_quantized` ({module path: {name:
+# value}}), read where an apply passes none: code that calls
+# `model.apply({"params": p}, ...)` runs quantised unchanged.
+_FROZEN = contextvars.ContextVar("frozen_quant_stats", default=None)
+
+
 @contextlib.contextmanager
-def fake_quantized(config: QuantConfig = QuantConfig()):
+def fake_quantized(config: QuantConfig = QuantConfig(), stats=None):
   """Inside: quantisation-aware (fake int8) Dense and Embed calls.
 
   "quant_stats" updates where the apply makes it mutable (training,
   calibration) and is read where it is frozen (evaluation); `init` inside
-  the context returns stats calibrated on the init batch.
+  the context returns stats calibrated on the init batch. `stats` (a
+  "quant_stats" tree, e.g. from `calibrate`) serves every apply that
+  passes no stats of its own: any function built on `model.apply({"params":
+  p}, ...)` runs fake-quantised; modules the stats do not name (a task head
+  trained on top) stay float. Interception happens at trace time, so
+  functions jitted outside the context must be traced again inside it
+  (`jax.clear_caches()`).
   """
-  with nn.intercept_methods(_interceptor("fake", config)):
-    yield
+  token = _FROZEN.set(None if stats is None else _by_module(stats))
+  try:
+    with nn.intercept_methods(_interceptor("fake", config)):
+      yield
+  finally:
+    _FROZEN.reset(token)
+
+
+def calibrate(model: nn.Module, params, batches,
+              config: QuantConfig = QuantConfig(), **kwargs):
+  """Post-training calibration: input ranges measured on a few batches.
+
+  Args:
+    model: the linen module.
+    params: its float params.
+    batches: an iterable of dicts: "tokens" [B, T] int32, the model's
+      first argument, and any keyword arguments of its call
+      (`segment_ids`, ...).
+    config: the moving max's decay over batches (`ema_decay`; with few
+      batches, about 0.9), bits and embeddings.
+    **kwargs: keyword arguments of every call (`deterministic`, ...).
+
+  Returns:
+    The "quant_stats" tree (for `fake_quantized(stats=...)` and
+    `quantize_params`).
+  """
+  def one(stats, batch):
+    variables = {"params": params} if stats is None else {
+        "params": params, STATS: stats}
+    rest = {k: v for k, v in batch.items() if k != "tokens"}
+    with fake_quantized(config):
+      _, new = model.apply(variables, batch["tokens"], mutable=[STATS],
+                           **rest, **kwargs)
+    return new[STATS]
+  stats, step = None, jax.jit(one)
+  for batch in batches:
+    if stats is None:
+      stats = jax.jit(lambda b: one(None, b))(batch)
+    else:
+      stats = step(stats, batch)
+  if stats is None:
+    raise ValueError("calibration needs at least one batch")
+  return stats
 
 
 @contextlib.contextmanager

@@ -9,11 +9,15 @@ A grid (`configs/compare/*.py`, `get_config(arg)`) is a ConfigDict:
     rate schedule ends there.
   cells: a list of dicts, one per scheme: `name`, `objective` ("" for a
     random-init row), `model` (family), and optionally `size` (default
-    `pretrain.size`), `objective_args`, `model_args`, and `t5_row`
-    ("<table>/<row>" of `configs.compare.t5_tables.PUBLISHED`). Every
-    family of the grid gets a random-init row (`random_<family>`) whether
-    or not the grid lists one: the baseline its pre-trained rows are
-    compared with.
+    `pretrain.size`), `objective_args`, `model_args`, `optimizer`
+    (overrides of `pretrain.optimizer`, e.g. a `prune` block), `t5_row`
+    ("<table>/<row>" of `configs.compare.t5_tables.PUBLISHED`), and the
+    keys of compressed rows (`zoo.harness.compressed`): `source` (another
+    cell whose backbone this row reads instead of pre-training) with
+    `quant` ("int8"), and "@<cell>" in `objective_args` for another cell's
+    workdir (a distillation teacher). Every family of the grid gets a
+    random-init row (`random_<family>`) whether or not the grid lists one:
+    the baseline its pre-trained rows are compared with.
   tasks: downstream classification tasks (`data.tasks.names()`).
   seeds: few-shot training subsets (one fine-tuning run each).
   minimal_pairs, probe, few_shot: the recipes of the three views
@@ -45,6 +49,7 @@ from zoo import distributed
 from zoo import models
 from zoo import train as train_mod
 from zoo import train_lib
+from zoo.harness import compressed
 from zoo.metrics_log import read_metrics
 
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_-.")
@@ -62,11 +67,19 @@ class Cell:
   objective_args: dict
   model_args: dict
   t5_row: str = ""
+  optimizer: dict = dataclasses.field(default_factory=dict)
+  source: str = ""  # a cell whose trained backbone this row reads
+  quant: str = ""  # "int8": the views read the backbone quantised
 
   @property
   def pretrained(self) -> bool:
-    """False for a random-init row."""
+    """False for a random-init row (and a row reading another's)."""
     return bool(self.objective)
+
+  @property
+  def is_baseline(self) -> bool:
+    """True for a family's random-init row."""
+    return not self.objective and not self.source
 
   @property
   def baseline(self) -> str:
@@ -110,6 +123,7 @@ def parse_cells(grid) -> list[Cell]:
     cells.append(cell)
   if not cells:
     raise ValueError("the grid has no cells")
+  compressed.check_refs(cells)
   for cell in list(cells):
     if cell.baseline not in seen:
       seen.add(cell.baseline)
@@ -127,7 +141,7 @@ def _parse_cell(grid, i: int, raw: dict) -> Cell:
   objective = raw.get("objective", "") or ""
   size = raw.get("size") or grid.pretrain.size
   name = raw.get("name") or f"{objective}_{raw['model']}_{size}"
-  if not objective:
+  if not objective and not raw.get("source"):
     name = f"random_{raw['model']}"
   if not set(name) <= _NAME_CHARS:
     raise ValueError(f"grid cell name {name!r} is not made of lower-case "
@@ -140,7 +154,9 @@ def _parse_cell(grid, i: int, raw: dict) -> Cell:
                      f"{raw['model']!r}; known: {models.families()}")
   return Cell(name, objective, raw["model"], size,
               _as_dict(raw.get("objective_args")),
-              _as_dict(raw.get("model_args")), raw.get("t5_row", "") or "")
+              _as_dict(raw.get("model_args")), raw.get("t5_row", "") or "",
+              _as_dict(raw.get("optimizer")), raw.get("source", "") or "",
+              raw.get("quant", "") or "")
 
 
 def check_grid(grid) -> list[Cell]:
@@ -191,6 +207,8 @@ def cell_config(grid, cell: Cell) -> ml_collections.ConfigDict:
   config.model_args = ml_collections.ConfigDict(model_args(grid, cell))
   config.steps = budget_steps(grid)
   config.optimizer.decay_steps = -1
+  for key, value in cell.optimizer.items():
+    config.optimizer[key] = value
   return config
 
 
@@ -286,7 +304,7 @@ def pretrain(grid, cell: Cell, celldir: str, tokenizer) -> dict[str, Any]:
   done = read_json(path)
   if done is not None:
     return done
-  config = cell_config(grid, cell)
+  config = compressed.resolve(cell_config(grid, cell), celldir)
   start = time.time()
   final = train_mod.train(config, celldir)
   if "loss" not in final:  # killed after its last save: the last log line
@@ -311,6 +329,10 @@ def backbone(grid, cell: Cell, celldir: str, specials):
   the pair differs only in pre-training; a family with no pre-trained
   cell starts from `models.make_config`.
   """
+  if cell.source:
+    source = next(c for c in parse_cells(grid) if c.name == cell.source)
+    return backbone(grid, source, compressed.cell_dir(celldir, source.name),
+                    specials)
   if cell.pretrained:
     config = cell_config(grid, cell)
     state, _ = ckpt_lib.restore_replicated(celldir, int(config.steps))

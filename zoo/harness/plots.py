@@ -117,3 +117,30 @@ def plot_finetuning(records: list[dict], path: str) -> str:
   fig.savefig(path, dpi=100)
   plt.close(fig)
   return path
+
+
+def plot_compression(results: dict, path: str) -> str | None:
+  """Each view's average against megabytes on disk, one point per row
+  with a footprint (the compression grid's accuracy against size)."""
+  rows = [r for r in results["rows"] if r.get("footprint")]
+  if not rows:
+    return None
+  fig, axes = plt.subplots(1, len(VIEWS), figsize=(13, 4))
+  for ax, view in zip(axes, VIEWS):
+    for r in rows:
+      mean, low, high = r["views"][view]["average"]
+      size = r["footprint"]["bytes"] / 1e6
+      ax.errorbar([size], [mean], yerr=[[mean - low], [high - mean]],
+                  fmt="o", capsize=3)
+      ax.annotate(r["name"], (size, mean), fontsize=7,
+                  textcoords="offset points", xytext=(4, 4))
+    ax.set_xscale("log")
+    ax.set_xlabel("MB on disk")
+    ax.set_title(view.replace("_", " "))
+  axes[0].set_ylabel("average score (95% interval)")
+  fig.suptitle(f"Accuracy against size (reference: "
+               f"{results.get('compare_to')})")
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path

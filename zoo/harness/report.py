@@ -66,6 +66,7 @@ def _row(record: dict) -> dict:
           "flops_total": record.get("flops_total", 0.0),
           "flops_per_token": record.get("flops_per_token", 0.0),
           "seconds": record["seconds"],
+          "footprint": record["views"].get("footprint"),
           "views": {v: view_summary(record["views"][v]) for v in VIEWS}}
 
 
@@ -81,6 +82,22 @@ def _deltas(rows: list[dict]) -> None:
         summary["delta"] = stats.paired(
             (summary["average"].mean, summary["reps"]),
             (other["average"].mean, other["reps"]))
+
+
+def _vs_reference(rows: list[dict], name: str) -> None:
+  """Adds each row's paired difference from row `name` (a compression
+  grid's teacher) as `vs_reference` of every view."""
+  by_name = {r["name"]: r for r in rows}
+  if name not in by_name:
+    raise ValueError(f"compare_to names {name!r}, which is not a row; rows: "
+                     f"{sorted(by_name)}")
+  ref = by_name[name]
+  for row in rows:
+    for view, summary in row["views"].items():
+      other = ref["views"][view]
+      summary["vs_reference"] = None if row is ref else stats.paired(
+          (summary["average"].mean, summary["reps"]),
+          (other["average"].mean, other["reps"]))
 
 
 def _kendall(rows: list[dict], published: dict) -> dict | None:
@@ -100,6 +117,9 @@ def build(grid, records: list[dict], floors: dict) -> dict:
   """The results of a grid run as plain JSON-able data."""
   rows = [_row(r) for r in records]
   _deltas(rows)
+  reference = grid.get("compare_to", "") or ""
+  if reference:
+    _vs_reference(rows, reference)
   published = grid.get("published", {})
   published = published.to_dict() if hasattr(published, "to_dict") else dict(
       published)
@@ -115,6 +135,7 @@ def build(grid, records: list[dict], floors: dict) -> dict:
          "published": {r["t5_row"]: published[r["t5_row"]] for r in rows
                        if r["t5_row"] in published},
          "kendall": _kendall(rows, published),
+         "compare_to": reference,
          "profile": _profile(records, floors)}
   return out
 
@@ -132,10 +153,15 @@ def _profile(records: list[dict], floors: dict) -> dict:
 def _plain_view(summary: dict) -> dict:
   """A view summary with intervals as [mean, low, high] lists."""
   delta = summary.get("delta")
-  return {"items": {k: v.to_json() for k, v in summary["items"].items()},
-          "average": summary["average"].to_json(),
-          "delta": delta.to_json() if delta is not None else None,
-          "delta_excludes_zero": bool(delta.excludes_zero) if delta else None}
+  ref = summary.get("vs_reference")
+  out = {"items": {k: v.to_json() for k, v in summary["items"].items()},
+         "average": summary["average"].to_json(),
+         "delta": delta.to_json() if delta is not None else None,
+         "delta_excludes_zero": bool(delta.excludes_zero) if delta else None}
+  if ref is not None:
+    out["vs_reference"] = ref.to_json()
+    out["vs_reference_excludes_zero"] = bool(ref.excludes_zero)
+  return out
 
 
 def _plain(row: dict) -> dict:
@@ -266,6 +292,44 @@ def pretrain_table(results: dict) -> list[str]:
   return lines + [""]
 
 
+def _diff(x, excludes_zero: bool) -> str:
+  """`+4.1 [+1.2, +7.0]*` of a [mean, low, high] difference."""
+  if x is None or not np.isfinite(x[0]):
+    return "n/a"
+  star = "*" if excludes_zero else ""
+  return f"{x[0]:+.1f} [{x[1]:+.1f}, {x[2]:+.1f}]{star}"
+
+
+def compression_table(results: dict) -> list[str]:
+  """Size, speed and each view against the reference row (`compare_to`):
+  one line per row that has a footprint."""
+  reference = results.get("compare_to")
+  rows = [r for r in results["rows"] if r.get("footprint")]
+  if not reference or not rows:
+    return []
+  head = ["row", "params", "non-zero", "MB on disk", "ms at 1x128"] + [
+      f"{TITLES[v]} vs {reference}" for v in VIEWS]
+  lines = ["**compression**", "", "| " + " | ".join(head) + " |",
+           "|" + "---|" * len(head)]
+  for r in rows:
+    f = r["footprint"]
+    cells = [r["name"], f"{f['params'] / 1e6:.2f}M",
+             f"{f['nonzero'] / 1e6:.2f}M", f"{f['bytes'] / 1e6:.2f}",
+             f"{f['latency_ms']:.2f}"]
+    for v in VIEWS:
+      view = r["views"][v]
+      cells.append(_iv(view["average"]) if r["name"] == reference else
+                   _diff(view.get("vs_reference"),
+                         view.get("vs_reference_excludes_zero", False)))
+    lines.append("| " + " | ".join(cells) + " |")
+  return lines + ["", (
+      f"The {reference} row shows its scores; every other row its paired "
+      f"difference from {reference} [95% interval], * where it excludes "
+      "zero. Bytes: the backbone as float32 safetensors (pruned rows are "
+      "stored dense), or its int8 export. Latency: median of one jitted "
+      "forward on this CPU."), ""]
+
+
 def markdown(results: dict) -> str:
   """The results as GitHub markdown, with a legend."""
   seeds = len(results["seeds"])
@@ -279,6 +343,7 @@ def markdown(results: dict) -> str:
       "all layers, mean-pooled). Few-shot: full fine-tuning on K examples "
       "per class, text-to-text rows ranked over the label strings."), ""]
   lines += verdicts(results) + [""]
+  lines += compression_table(results)
   lines += pretrain_table(results)
   for view in VIEWS:
     lines += item_table(results, view) + [""]

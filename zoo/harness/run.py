@@ -28,6 +28,7 @@ from zoo import distributed
 from zoo import loading
 from zoo.harness import baselines
 from zoo.harness import cells as cells_lib
+from zoo.harness import compressed
 from zoo.harness import few_shot
 from zoo.harness import minimal_pairs
 from zoo.harness import plots
@@ -52,10 +53,13 @@ class _Inputs:
     self.tasks = {t: data.tasks.load(t) for t in grid.tasks}
 
 
-def _view(grid, inputs: _Inputs, view: str, loaded) -> dict:
+def _view(grid, inputs: _Inputs, view: str, loaded, cell) -> dict:
   """Computes one view of a cell's backbone (a random-init row's too: every
   view reads the same random backbone)."""
   recipe = cells_lib.as_plain(grid[view])
+  hold = compressed.hold_sparsity(cell)
+  if view == "few_shot" and hold is not None:
+    recipe["prune"] = hold  # a pruned row fine-tunes as sparse as it is
   if view == "minimal_pairs":
     return minimal_pairs.run(loaded, inputs.pairs)
   if view == "probe":
@@ -68,10 +72,16 @@ def _view(grid, inputs: _Inputs, view: str, loaded) -> dict:
 
 
 def view_key(grid, cell, view: str) -> str:
-  """The fingerprint of everything a view's result depends on."""
-  return cells_lib.fingerprint(cells_lib.cell_config(grid, cell), grid[view],
-                               list(grid.tasks), list(grid.seeds),
-                               grid.get("report_split", "validation"), view)
+  """The fingerprint of everything a view's result depends on (for a row
+  reading another cell's backbone, that cell's config and the transform)."""
+  parts = [cells_lib.cell_config(grid, cell), grid.get(view),
+           list(grid.tasks), list(grid.seeds),
+           grid.get("report_split", "validation"), view]
+  if cell.source:
+    source = next(c for c in cells_lib.parse_cells(grid)
+                  if c.name == cell.source)
+    parts += [cell.source, cell.quant, cells_lib.cell_config(grid, source)]
+  return cells_lib.fingerprint(*parts)
 
 
 def _stored(path: str, key: str, celldir: str):
@@ -84,9 +94,46 @@ def _stored(path: str, key: str, celldir: str):
   return found
 
 
+def _objective_name(cell) -> str:
+  if cell.source:
+    return f"{cell.quant or 'copy'} of {cell.source}"
+  return cell.objective or "none"
+
+
+def views_of(grid) -> tuple[str, ...]:
+  """The views a grid computes per cell: the three, and the footprint
+  (`compressed.footprint`) when the grid compares rows to one (`compare_to`)."""
+  return VIEWS + (("footprint",) if grid.get("compare_to") else ())
+
+
+class _Backbone:
+  """A cell's backbone, loaded (and an int8 row calibrated) on first use."""
+
+  def __init__(self, grid, cell, celldir: str, inputs: _Inputs):
+    self.args = (grid, cell, celldir, inputs)
+    self.loaded = self.stats = None
+
+  def get(self):
+    """`(Loaded, int8 calibration stats or None)`."""
+    if self.loaded is None:
+      grid, cell, celldir, inputs = self.args
+      self.loaded = _load(grid, cell, celldir, inputs)
+      self.stats = compressed.calibration(
+          cell, self.loaded, cells_lib.cell_config(grid, cell))
+    return self.loaded, self.stats
+
+
+def _compute(grid, inputs: _Inputs, view: str, cell, backbone) -> dict:
+  loaded, stats = backbone.get()
+  if view == "footprint":
+    return compressed.footprint(loaded, stats)
+  with compressed.views_of(stats):
+    return _view(grid, inputs, view, loaded, cell)
+
+
 def run_cell(grid, cell, celldir: str, inputs: _Inputs, tick) -> dict:
   """Pre-trains (if needed) and evaluates one cell; returns its record."""
-  record = {"name": cell.name, "objective": cell.objective or "none",
+  record = {"name": cell.name, "objective": _objective_name(cell),
             "model": cell.model, "size": cell.size, "t5_row": cell.t5_row,
             "baseline": cell.baseline, "pretrain": {}, "views": {},
             "seconds": {}}
@@ -95,20 +142,19 @@ def run_cell(grid, cell, celldir: str, inputs: _Inputs, tick) -> dict:
     record["pretrain"] = cells_lib.pretrain(grid, cell, celldir,
                                             inputs.tokenizer)
     record["seconds"]["pretrain"] = record["pretrain"]["seconds"]
-    record.update(cells_lib.flops_estimate(
-        cells_lib.cell_config(grid, cell), inputs.specials))
+    record.update(cells_lib.flops_estimate(compressed.resolve(
+        cells_lib.cell_config(grid, cell), celldir), inputs.specials))
     tick(None)
-  loaded = None
-  for view in VIEWS:
+  backbone = _Backbone(grid, cell, celldir, inputs)
+  for view in views_of(grid):
     tick(f"{cell.name}: {view}")
     path = os.path.join(celldir, "views", f"{view}.json")
     key = view_key(grid, cell, view)
     result = _stored(path, key, celldir)
     if result is None:
       start = time.time()
-      loaded = loaded or _load(grid, cell, celldir, inputs)
-      result = dict(_view(grid, inputs, view, loaded), fingerprint=key,
-                    seconds=time.time() - start)
+      result = dict(_compute(grid, inputs, view, cell, backbone),
+                    fingerprint=key, seconds=time.time() - start)
       cells_lib.write_json(path, result)
     record["views"][view] = result
     record["seconds"][view] = result["seconds"]
@@ -152,7 +198,7 @@ def run(grid, workdir: str) -> dict:
     os.makedirs(os.path.join(workdir, "cells"), exist_ok=True)
   # Process 0 builds the sample, tokenizer and pair suite the others read.
   inputs = distributed.main_first(lambda: _Inputs(grid), "harness_inputs")
-  steps = sum(len(VIEWS) + cell.pretrained for cell in cells) + 1
+  steps = sum(len(views_of(grid)) + cell.pretrained for cell in cells) + 1
   bar = tqdm(total=steps, desc="harness", dynamic_ncols=True,
              file=sys.stderr, disable=not distributed.is_main())
   tick = lambda text: bar.set_postfix_str(text) if text else bar.update(1)
@@ -178,4 +224,6 @@ def finish(grid, workdir: str, cells, records: list[dict],
                     os.path.join(workdir, "losses.png"), tokens_per_step)
   plots.plot_views(results, os.path.join(workdir, "views.png"))
   plots.plot_finetuning(records, os.path.join(workdir, "finetuning.png"))
+  if results.get("compare_to"):
+    plots.plot_compression(results, os.path.join(workdir, "compression.png"))
   return results
