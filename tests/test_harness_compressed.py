@@ -72,6 +72,8 @@ def test_compression_rows_run_end_to_end(tmp_path):
   # rounding: its views ran quantised, not as the float teacher.
   int8, teacher = rows["int8"]["views"], rows["teacher"]["views"]
   assert int8["probe"]["average"] != teacher["probe"]["average"]
+  assert set(results["latency"]) == set(rows)
+  assert all(ms > 0 for ms in results["latency"].values())
   table = "\n".join(report.compression_table(results))
   assert "| int8 |" in table and "MB on disk" in table
   assert os.path.exists(tmp_path / "compression.png")

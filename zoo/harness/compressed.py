@@ -17,9 +17,10 @@ A grid cell may make a smaller or cheaper model in three ways:
   cell's workdir (a distillation teacher, `objectives.distill`); the
   named cell comes earlier in the grid.
 
-`footprint` measures a row's backbone: parameters, non-zero parameters,
-bytes on disk (float32 safetensors, or the int8 export) and CPU latency of
-one forward at batch 1 x 128. A grid with `compare_to` (a cell name) gets
+`footprint` measures a row's backbone: parameters, non-zero parameters and
+bytes on disk (float32 safetensors, or the int8 export); `latencies` the
+CPU time of one forward at batch 1 x 128 of every row, taking turns once
+the grid is done. A grid with `compare_to` (a cell name) gets both, and
 the compression table (`report.compression_table`).
 """
 
@@ -138,33 +139,44 @@ def _bytes_on_disk(loaded, stats) -> int:
     return os.path.getsize(path)
 
 
-def _latency(loaded, stats) -> float:
-  """Median milliseconds of one jitted forward at `LATENCY_SHAPE` (s8 x s8
-  -> s32 matmuls for an int8 row)."""
+def _forward(loaded, stats):
+  """A jitted forward at `LATENCY_SHAPE` and its arguments (s8 x s8 -> s32
+  matmuls for an int8 row)."""
   model = loaded.model
-  tokens = np.full(LATENCY_SHAPE, 7, np.int32)
   apply = lambda variables, t: model.apply(variables, t)["hidden"]
   variables = {"params": loaded.params}
   if stats is not None:
     variables = quant.quantize_params(loaded.params, stats, CALIBRATION)
     apply = quant.int8(apply, CALIBRATION)
-  forward = jax.jit(apply)
-  for _ in range(3):
-    jax.block_until_ready(forward(variables, tokens))
-  times = []
+  return jax.jit(apply), (variables, np.full(LATENCY_SHAPE, 7, np.int32))
+
+
+def latencies(backbones: dict) -> dict[str, float]:
+  """Median milliseconds of one forward of each row's backbone at
+  `LATENCY_SHAPE`, measured taking turns (round r runs every row once), so
+  a shared host's drift falls on all rows alike.
+
+  Args:
+    backbones: row name -> `(Loaded, int8 stats or None)`.
+  """
+  runs = {name: _forward(*pair) for name, pair in backbones.items()}
+  for fn, args in runs.values():
+    for _ in range(3):
+      jax.block_until_ready(fn(*args))
+  times = {name: [] for name in runs}
   for _ in range(LATENCY_RUNS):
-    start = time.perf_counter()
-    jax.block_until_ready(forward(variables, tokens))
-    times.append(time.perf_counter() - start)
-  return float(np.median(times) * 1e3)
+    for name, (fn, args) in runs.items():
+      start = time.perf_counter()
+      jax.block_until_ready(fn(*args))
+      times[name].append(time.perf_counter() - start)
+  return {name: float(np.median(t) * 1e3) for name, t in times.items()}
 
 
 def footprint(loaded, stats) -> dict:
-  """{"params", "nonzero", "bytes", "latency_ms"} of a row's backbone
-  (`stats`: an int8 row's `calibration`, else None)."""
+  """{"params", "nonzero", "bytes"} of a row's backbone (`stats`: an int8
+  row's `calibration`, else None)."""
   leaves = [np.asarray(x) for x in jax.tree.leaves(
       jax.device_get(loaded.params))]
   return {"params": int(sum(x.size for x in leaves)),
           "nonzero": int(sum(np.count_nonzero(x) for x in leaves)),
-          "bytes": _bytes_on_disk(loaded, stats),
-          "latency_ms": _latency(loaded, stats)}
+          "bytes": _bytes_on_disk(loaded, stats)}

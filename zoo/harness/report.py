@@ -113,8 +113,10 @@ def _kendall(rows: list[dict], published: dict) -> dict | None:
           "tau": tau.to_json()}
 
 
-def build(grid, records: list[dict], floors: dict) -> dict:
-  """The results of a grid run as plain JSON-able data."""
+def build(grid, records: list[dict], floors: dict,
+          latency: dict | None = None) -> dict:
+  """The results of a grid run as plain JSON-able data (`latency`: row ->
+  milliseconds of one forward, for the compression table)."""
   rows = [_row(r) for r in records]
   _deltas(rows)
   reference = grid.get("compare_to", "") or ""
@@ -137,6 +139,8 @@ def build(grid, records: list[dict], floors: dict) -> dict:
          "kendall": _kendall(rows, published),
          "compare_to": reference,
          "profile": _profile(records, floors)}
+  if reference:
+    out["latency"] = latency or {}
   return out
 
 
@@ -309,13 +313,17 @@ def compression_table(results: dict) -> list[str]:
     return []
   head = ["row", "params", "non-zero", "MB on disk", "ms at 1x128"] + [
       f"{TITLES[v]} vs {reference}" for v in VIEWS]
+  latency = results.get("latency") or {}
+  base = latency.get(reference)
   lines = ["**compression**", "", "| " + " | ".join(head) + " |",
            "|" + "---|" * len(head)]
   for r in rows:
     f = r["footprint"]
+    ms = latency.get(r["name"])
+    speed = "-" if ms is None else f"{ms:.2f}" + (
+        f" ({ms / base:.2f}x)" if base and r["name"] != reference else "")
     cells = [r["name"], f"{f['params'] / 1e6:.2f}M",
-             f"{f['nonzero'] / 1e6:.2f}M", f"{f['bytes'] / 1e6:.2f}",
-             f"{f['latency_ms']:.2f}"]
+             f"{f['nonzero'] / 1e6:.2f}M", f"{f['bytes'] / 1e6:.2f}", speed]
     for v in VIEWS:
       view = r["views"][v]
       cells.append(_iv(view["average"]) if r["name"] == reference else
@@ -327,7 +335,8 @@ def compression_table(results: dict) -> list[str]:
       f"difference from {reference} [95% interval], * where it excludes "
       "zero. Bytes: the backbone as float32 safetensors (pruned rows are "
       "stored dense), or its int8 export. Latency: median of one jitted "
-      "forward on this CPU."), ""]
+      f"forward on this CPU, the rows taking turns (x: the time over "
+      f"{reference}'s)."), ""]
 
 
 def markdown(results: dict) -> str:

@@ -199,6 +199,7 @@ def run(grid, workdir: str) -> dict:
   # Process 0 builds the sample, tokenizer and pair suite the others read.
   inputs = distributed.main_first(lambda: _Inputs(grid), "harness_inputs")
   steps = sum(len(views_of(grid)) + cell.pretrained for cell in cells) + 1
+  steps += bool(grid.get("compare_to"))
   bar = tqdm(total=steps, desc="harness", dynamic_ncols=True,
              file=sys.stderr, disable=not distributed.is_main())
   tick = lambda text: bar.set_postfix_str(text) if text else bar.update(1)
@@ -207,15 +208,22 @@ def run(grid, workdir: str) -> dict:
   tick("floors")
   floor = floors(grid, workdir, inputs)
   tick(None)
+  timing = None
+  if grid.get("compare_to"):
+    tick("latency")
+    timing = compressed.latencies({
+        c.name: _Backbone(grid, c, os.path.join(workdir, "cells", c.name),
+                          inputs).get() for c in cells})
+    tick(None)
   bar.close()
-  return finish(grid, workdir, cells, records, floor)
+  return finish(grid, workdir, cells, records, floor, timing)
 
 
 def finish(grid, workdir: str, cells, records: list[dict],
-           floor: dict) -> dict:
+           floor: dict, latency: dict | None = None) -> dict:
   """Writes results.{md,csv,json} and the plots (process 0); returns the
-  results (on every process)."""
-  results = report.build(grid, records, floor)
+  results (on every process). `latency`: row -> ms (`compressed`)."""
+  results = report.build(grid, records, floor, latency)
   if not distributed.is_main():
     return results
   report.write_all(workdir, results)
