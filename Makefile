@@ -46,8 +46,10 @@ data: $(STAMP) $(DSTAMP)
 demo: $(STAMP) data
 	$(BIN)/python -m zoo.compare --config configs/compare/demo.py --workdir $(DEMO_DIR)
 
+# --durations: every run lists its slowest tests (what to trim when the
+# suite grows past its time budget).
 test: $(TSTAMP) data
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=30 tests
 
 # The developer's lane: everything but the tests marked slow.
 quick: $(TSTAMP) data

@@ -145,3 +145,23 @@ def test_bad_settings_are_named():
   with pytest.raises(ValueError, match="one head count, found none"):
     heads.num_heads_of({"dense": {"kernel": np.ones((2, 2))}})
 
+
+
+@pytest.mark.parametrize("scan", [False, True])
+def test_a_head_pruned_model_saves_as_a_workdir_that_loads(tok, tmp_path,
+                                                           scan):
+  import zoo  # pylint: disable=import-outside-toplevel
+  from zoo.convert import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  config, params = _model("bert", scan)
+  config = dataclasses.replace(config, vocab_size=tok.vocab_size)
+  params = nn.meta.unbox(fast_params(models.get("bert").Model(config),
+                                     TOKENS))["params"]
+  scores = {p: np.arange(4.0) for p in heads.find_attention(params)}
+  small, small_config, _ = heads.prune_heads(params, config, scores, 2)
+  workdir_lib.model_to_workdir("bert", small_config, small, tok,
+                               tmp_path / "pruned")
+  loaded = zoo.load(str(tmp_path / "pruned"))
+  assert loaded.config.num_heads == 2 and loaded.config.head_dim == 16
+  np.testing.assert_allclose(
+      _hidden("bert", loaded.config, loaded.params),
+      _hidden("bert", small_config, small), atol=1e-6)

@@ -25,6 +25,7 @@ import logging
 import os
 import pathlib
 
+import flax.linen as nn
 import jax
 import numpy as np
 
@@ -91,8 +92,7 @@ def hf_to_workdir(folder, workdir, *, objective: str | None = None,
       train, a bad override, or a checkpoint param whose shape differs from
       the scheme model's.
   """
-  workdir = os.fspath(workdir)
-  _check_new(workdir)
+  _check_new(os.fspath(workdir))
   hf_config = convert.read_config(folder)
   mod = convert.find_converter(hf_config)
   if mod.__name__.rsplit(".", 1)[-1] == "electra":
@@ -100,7 +100,37 @@ def hf_to_workdir(folder, workdir, *, objective: str | None = None,
   tokenizer = load_tokenizer(folder)
   tensors = convert.load_tensors(folder, allow_pickle)
   family, model_config, params = mod.convert(hf_config, tensors)
-  _check_vocab(tokenizer.vocab_size, model_config.vocab_size, folder)
+  return model_to_workdir(family, model_config, params, tokenizer, workdir,
+                          objective=objective, source=os.fspath(folder),
+                          **train_overrides)
+
+
+def model_to_workdir(family: str, model_config, params, tokenizer, workdir,
+                     *, objective: str | None = None, source: str = "",
+                     **train_overrides) -> str:
+  """Writes a zoo workdir whose step-0 checkpoint is a network in hand.
+
+  What `hf_to_workdir` does once it has read a folder, for any
+  `(family, config, params)`: a model changed in Python (heads removed by
+  `zoo.compress.heads.prune_heads`, say) becomes a workdir that `zoo.load`
+  reads, `zoo.train` trains on and `zoo.finetune` starts from.
+
+  Args:
+    family, model_config, params: the network (params boxed or not, its
+      layers unrolled or scanned).
+    tokenizer: its tokenizer (`data.tokenizer`; saved into the workdir).
+    workdir: the new workdir (must not hold a run yet).
+    objective, train_overrides: as for `hf_to_workdir`.
+    source: where the network came from (recorded in the checkpoint).
+
+  Returns:
+    `workdir`.
+  """
+  workdir = os.fspath(workdir)
+  _check_new(workdir)
+  params = common.unstack(jax.tree.map(np.asarray, nn.meta.unbox(params)))
+  _check_vocab(tokenizer.vocab_size, model_config.vocab_size,
+               source or family)
   config = training_config(family, model_config, tokenizer, workdir,
                            objective, train_overrides)
   if config.model_args.get("scan_layers", False):
@@ -113,7 +143,7 @@ def hf_to_workdir(folder, workdir, *, objective: str | None = None,
     ckpt.save(0, state, {
         "step": 0, "seed": int(config.seed), "data": None,
         "config": json.loads(config.to_json_best_effort()),
-        "imported_from": os.path.abspath(os.fspath(folder))})
+        "imported_from": os.path.abspath(source) if source else ""})
   finally:
     ckpt.close()
   return workdir
