@@ -30,6 +30,7 @@ import numpy as np
 from flax import traverse_util
 
 from zoo import models
+from zoo.compress import quant as quant_lib
 from zoo.finetune import arrays as arrays_lib
 from zoo.finetune import distill as distill_lib
 from zoo.finetune import evaluate as evaluate_lib
@@ -173,6 +174,20 @@ def _train(spec: Spec, params, arrays: dict, batch_size: int, seed: int,
   return params, [float(x) for x in jax.device_get(losses)]
 
 
+def _quantized(spec: Spec, state: dict, arrays: dict, batch_size: int,
+               config):
+  """The spec and params of quantisation-aware fine-tuning: first ranges
+  measured on the first training batch."""
+  if spec.interface != "encoder":
+    raise ValueError(f"quantisation-aware fine-tuning runs encoders with a "
+                     f"head; {spec.family} is an {spec.interface} (planned)")
+  spec = dataclasses.replace(spec, quant=config)
+  batch = {k: arrays[k][:batch_size] for k in ("tokens", "token_types")
+           if k in arrays}
+  stats = step_lib.first_stats(spec, state, batch)
+  return spec, dict(state, **{quant_lib.STATS: stats})
+
+
 def finetune(family: str, config, params, task, tokenizer, *,
              mode: str = "full", seed: int = 0, steps: int = 100,
              batch_size: int = 16, lr: float = 1e-4, max_len: int = 128,
@@ -183,7 +198,7 @@ def finetune(family: str, config, params, task, tokenizer, *,
              eval_limit: int | None = None, beams: int = 0,
              scoring: str = "rank", teacher: "State | None" = None,
              soft_weight: float = 1.0, temperature: float = 1.0,
-             prune=None, return_state: bool = False):
+             prune=None, quant=None, return_state: bool = False):
   """Fine-tunes a backbone on a task and scores it.
 
   Args:
@@ -220,6 +235,13 @@ def finetune(family: str, config, params, task, tokenizer, *,
       against the gold ones (1: soft only) and their temperature T.
     prune: a `zoo.compress.magnitude.Config`: gradual magnitude pruning of
       the trainable matrices while fine-tuning (Zhu & Gupta's schedule).
+    quant: a `zoo.compress.quant.QuantConfig`: quantisation-aware
+      fine-tuning of an encoder (Q8BERT): its matmuls fake-quantised,
+      their input ranges moving maxima kept in the state's
+      params["quant_stats"] (first set on the first training batch; each
+      step updates them with one more forward), evaluation with them
+      frozen. `zoo.compress.quant.quantize_params(params["backbone"],
+      params["quant_stats"])` then exports the int8 backbone.
     return_state: also return a `State`.
 
   Returns:
@@ -243,6 +265,8 @@ def finetune(family: str, config, params, task, tokenizer, *,
     distill_lib.check(spec, teacher)
     arrays["soft_logits"] = distill_lib.soft_logits(teacher, arrays,
                                                     batch_size)
+  if quant is not None:
+    spec, state = _quantized(spec, state, arrays, batch_size, quant)
   state, losses = _train(spec, state, arrays, batch_size, seed, prune)
   metrics = {"train/loss": float(np.mean(losses[-max(1, steps // 10):]))}
   predictions = {}

@@ -51,6 +51,8 @@ class Spec:
     soft_weight: task distillation (`zoo.finetune.distill`): the weight of
       the teacher's soft labels against the gold ones; 0 = none.
     temperature: T of the soft labels.
+    quant: a `zoo.compress.quant.QuantConfig`: quantisation-aware
+      fine-tuning (Q8BERT) of an encoder; None = float.
   """
   family: str
   config: Any
@@ -68,6 +70,7 @@ class Spec:
   tagger: str = "linear"
   soft_weight: float = 0.0
   temperature: float = 1.0
+  quant: Any = None
 
   @property
   def text_to_text(self) -> bool:

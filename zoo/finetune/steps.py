@@ -21,6 +21,7 @@ from objectives import distill as distill_obj
 from zoo import models
 from zoo import optim
 from zoo.compress import magnitude
+from zoo.compress import quant
 from zoo.models import heads
 from zoo.finetune.spec import Spec
 
@@ -74,9 +75,10 @@ def task_head(spec: Spec) -> TaskHead:
                   spec.head_dropout, spec.tagger)
 
 
-def backbone_outputs(spec: Spec, params, batch: dict, *, deterministic: bool,
-                     rng=None) -> dict:
-  """The backbone's output dict on an encoder batch ("tokens" [B,T], ...)."""
+def _backbone_call(spec: Spec, params, batch: dict, deterministic: bool,
+                   rng, stats=None, mutable=False):
+  """`model.apply` of the backbone on an encoder batch; with `spec.quant`,
+  fake-quantised with the "quant_stats" `stats` (updated when `mutable`)."""
   model = models.get(spec.family).Model(spec.config)
   rngs = None if deterministic else {"dropout": rng}
   kw = {"deterministic": deterministic}
@@ -85,7 +87,36 @@ def backbone_outputs(spec: Spec, params, batch: dict, *, deterministic: bool,
   if models.reads_token_types(spec.family, spec.config) and (
       "token_types" in batch):
     kw["token_types"] = batch["token_types"]
-  return model.apply({"params": params}, batch["tokens"], rngs=rngs, **kw)
+  if spec.quant is None:
+    return model.apply({"params": params}, batch["tokens"], rngs=rngs, **kw)
+  variables = {"params": params}
+  if stats is not None:
+    variables[quant.STATS] = stats
+  with quant.fake_quantized(spec.quant):
+    return model.apply(variables, batch["tokens"], rngs=rngs,
+                       mutable=mutable, **kw)
+
+
+def backbone_outputs(spec: Spec, params, batch: dict, *, deterministic: bool,
+                     rng=None, stats=None) -> dict:
+  """The backbone's output dict on an encoder batch ("tokens" [B,T], ...);
+  quantisation-aware (`spec.quant`) with the ranges `stats`."""
+  return _backbone_call(spec, params, batch, deterministic, rng, stats)
+
+
+def updated_stats(spec: Spec, params, batch: dict, rng=None):
+  """Quantisation-aware fine-tuning: the moving maxima of the backbone's
+  matmul inputs after this batch (the train step's dropout), or, without
+  `params["quant_stats"]` and `rng`, their first values."""
+  backbone_rng = None if rng is None else jax.random.split(rng)[0]
+  fixed = rng is None or spec.mode in ("frozen", "scalar_mix")
+  _, new = _backbone_call(spec, params["backbone"], batch, fixed,
+                          backbone_rng, params.get(quant.STATS),
+                          mutable=[quant.STATS])
+  return new[quant.STATS]
+
+
+first_stats = jax.jit(updated_stats, static_argnums=0)
 
 
 def head_forward(spec: Spec, params, batch: dict, *, deterministic: bool,
@@ -97,7 +128,7 @@ def head_forward(spec: Spec, params, batch: dict, *, deterministic: bool,
   frozen = spec.mode in ("frozen", "scalar_mix")
   out = backbone_outputs(spec, params["backbone"], batch,
                          deterministic=deterministic or frozen,
-                         rng=backbone_rng)
+                         rng=backbone_rng, stats=params.get(quant.STATS))
   mask = batch["tokens"] != spec.config.pad_id
   rngs = None if deterministic else {"dropout": head_rng}
   return task_head(spec).apply({"params": params["head"]}, out, mask,
@@ -194,6 +225,8 @@ def trainable(spec: Spec, params) -> Any:
   out = {"backbone": backbone}
   if "head" in params:
     out["head"] = every(params["head"], True)
+  if quant.STATS in params:  # moving ranges: updated, never trained
+    out[quant.STATS] = every(params[quant.STATS], False)
   return out
 
 
@@ -244,9 +277,11 @@ def train_step(spec: Spec, params, opt_state, batch: dict, rng,
   loss, grads = jax.value_and_grad(objective)(params)
   updates, opt_state = optimizer(spec, mask, prune).update(grads, opt_state,
                                                            params)
-  params = jax.tree_util.tree_map(lambda p, u, t: p + u if t else p,
-                                  params, updates, mask)
-  return params, opt_state, loss
+  new = jax.tree_util.tree_map(lambda p, u, t: p + u if t else p,
+                               params, updates, mask)
+  if spec.quant is not None:
+    new[quant.STATS] = updated_stats(spec, params, batch, rng)
+  return new, opt_state, loss
 
 
 @functools.partial(jax.jit, static_argnums=0)

@@ -7,12 +7,12 @@ A grid cell may make a smaller or cheaper model in three ways:
   fine-tuning keeps the sparsity it reached (`hold_sparsity`: the mask of
   its smallest weights, i.e. its zeros, stays);
 - read another cell's trained backbone without pre-training (`source`),
-  post-training quantised (`quant: "int8"`, Q8BERT): input ranges are
-  calibrated on `CALIBRATION_BATCHES` validation batches, then every view
-  runs the backbone fake-quantised (int8 codes of weights and matmul
-  inputs, `zoo.compress.quant`), few-shot fine-tuning included (the
-  straight-through estimator through the weights' rounding, activation
-  ranges frozen at their calibration);
+  quantised (`quant: "int8"`, Q8BERT): for the zero-shot and probe views
+  post-training, its input ranges calibrated on `CALIBRATION_BATCHES`
+  validation batches, the backbone run fake-quantised (int8 codes of
+  weights and matmul inputs, `zoo.compress.quant`); few-shot fine-tuning
+  is quantisation-aware, as in the paper (`zoo.finetune`'s `quant`: the
+  straight-through estimator, moving input ranges);
 - learn from another cell: "@<cell>" in `objective_args` names that
   cell's workdir (a distillation teacher, `objectives.distill`); the
   named cell comes earlier in the grid.
@@ -42,8 +42,8 @@ from zoo import train_lib
 REF = "@"
 QUANT = ("int8",)
 CALIBRATION_BATCHES = 8
-# Calibration is a few batches: a fast moving max (Q8BERT's 0.9999 is for
-# ranges tracked over a whole training run).
+# Calibration is a few batches and few-shot fine-tuning a few dozen steps:
+# a fast moving max (Q8BERT's 0.9999 is for a whole training run).
 CALIBRATION = quant.QuantConfig(ema_decay=0.9)
 LATENCY_SHAPE = (1, 128)  # batch x length of the latency column
 LATENCY_RUNS = 30

@@ -53,13 +53,17 @@ class _Inputs:
     self.tasks = {t: data.tasks.load(t) for t in grid.tasks}
 
 
-def _view(grid, inputs: _Inputs, view: str, loaded, cell) -> dict:
+def _view(grid, inputs: _Inputs, view: str, loaded, cell,
+          quant=None) -> dict:
   """Computes one view of a cell's backbone (a random-init row's too: every
-  view reads the same random backbone)."""
+  view reads the same random backbone); `quant` makes few-shot
+  fine-tuning quantisation-aware."""
   recipe = cells_lib.as_plain(grid[view])
   hold = compressed.hold_sparsity(cell)
   if view == "few_shot" and hold is not None:
     recipe["prune"] = hold  # a pruned row fine-tunes as sparse as it is
+  if view == "few_shot" and quant is not None:
+    recipe["quant"] = quant
   if view == "minimal_pairs":
     return minimal_pairs.run(loaded, inputs.pairs)
   if view == "probe":
@@ -127,6 +131,9 @@ def _compute(grid, inputs: _Inputs, view: str, cell, backbone) -> dict:
   loaded, stats = backbone.get()
   if view == "footprint":
     return compressed.footprint(loaded, stats)
+  if view == "few_shot" and stats is not None:
+    # Q8BERT's recipe: quantisation-aware fine-tuning, its own ranges.
+    return _view(grid, inputs, view, loaded, cell, compressed.CALIBRATION)
   with compressed.views_of(stats):
     return _view(grid, inputs, view, loaded, cell)
 
