@@ -10,4 +10,9 @@ Modules:
              heads physically removed from every layer's q/k/v/out.
   quant, quant_io  int8 quantisation (Q8BERT) and its file format; see
              their own docstrings.
+
+Distillation is a pre-training scheme (`objectives.distill`: `distil`,
+`tinybert`) and a fine-tuning option (`zoo.finetune.distill`); the
+compression grid that compares every method is
+`configs/compare/compress.py` (`zoo.harness.compressed`).
 """

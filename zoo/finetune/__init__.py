@@ -7,8 +7,9 @@
 One module per concern: `spec` (what a run is, checked), `arrays` (task
 examples to fixed-shape arrays), `steps` (the jitted heads, losses and
 train step), `run` (init, the training loop, `finetune`), `evaluate`
-(predictions, generated text, metrics) and `rank` (rank classification of
-text-to-text models over a task's label strings).
+(predictions, generated text, metrics), `rank` (rank classification of
+text-to-text models over a task's label strings) and `distill` (a
+fine-tuned teacher's soft labels).
 """
 
 from zoo.finetune.run import State, finetune, init_params, load_backbone

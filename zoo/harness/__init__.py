@@ -4,6 +4,8 @@
 
 One module per concern: `cells` (pre-training a grid's cells, resumable),
 `minimal_pairs`, `probe` and `few_shot` (the three evaluation views),
-`baselines` (the non-neural floor), `statistics` (bootstrap intervals,
-paired differences, rank correlation), `report` (tables) and `plots`.
+`baselines` (the non-neural floor), `compressed` (distilled, quantised
+and pruned rows, and what each costs to store and run), `statistics`
+(bootstrap intervals, paired differences, rank correlation), `report`
+(tables) and `plots`.
 """
