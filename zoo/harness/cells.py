@@ -20,6 +20,8 @@ A grid (`configs/compare/*.py`, `get_config(arg)`) is a ConfigDict:
     the baseline its pre-trained rows are compared with.
   tasks: downstream classification tasks (`data.tasks.names()`).
   seeds: few-shot training subsets (one fine-tuning run each).
+  pretrain_seeds (optional): pre-training seeds, each a replica of every
+    cell (`zoo.harness.seeds`); default `pretrain.seed` alone.
   minimal_pairs, probe, few_shot: the recipes of the three views
     (`zoo.harness.minimal_pairs`, `.probe`, `.few_shot`).
   report_split: the evaluation split the tables show.
@@ -50,6 +52,7 @@ from zoo import models
 from zoo import train as train_mod
 from zoo import train_lib
 from zoo.harness import compressed
+from zoo.harness import seeds as seeds_lib
 from zoo.metrics_log import read_metrics
 
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_-.")
@@ -176,6 +179,7 @@ def check_grid(grid) -> list[Cell]:
   if not grid.seeds or len(set(grid.seeds)) != len(grid.seeds):
     raise ValueError(f"grid seeds {list(grid.seeds)} must be distinct and "
                      "at least one")
+  seeds_lib.seeds_of(grid)  # distinct integers
   if int(grid.budget_tokens) <= 0:
     raise ValueError(f"budget_tokens {grid.budget_tokens} must be positive")
   if grid.pretrain.data.source == "synthetic":
@@ -246,7 +250,8 @@ def flops_estimate(config, specials: objectives.Specials) -> dict[str, float]:
   the objective's networks (so ELECTRA pays for generator and
   discriminator, BART and T5 for encoder and decoder) and through one
   vocabulary projection; attention adds `4 L T D` per token forward.
-  Training costs three forward passes (forward plus backward).
+  Training costs three forward passes (forward plus backward); a frozen
+  network (a distillation teacher, `Objective.frozen`) one.
 
   Returns:
     {"flops_per_token", "tokens", "flops_total", "params"} as floats.
@@ -255,9 +260,29 @@ def flops_estimate(config, specials: objectives.Specials) -> dict[str, float]:
   seq_len = int(config.seq_len)
   shapes = jax.eval_shape(objective.init, jax.random.key(0),
                           train_lib.example_batch(seq_len))
-  flat = jax.tree_util.tree_flatten_with_path(nn.meta.unbox(shapes))[0]
-  vocab, matmul, vocab_proj, total = specials.vocab_size, 0, 0, 0
-  for path, leaf in flat:
+  unboxed = nn.meta.unbox(shapes)
+  frozen = {k: v for k, v in unboxed.items() if k in objective.frozen}
+  trained = {k: v for k, v in unboxed.items() if k not in objective.frozen}
+  matmul, vocab_proj, total = _matmul_sizes(trained, specials.vocab_size)
+  frozen_matmul, frozen_proj, frozen_total = _matmul_sizes(
+      frozen, specials.vocab_size)
+  model_cfg = objective.backbone(nn.meta.unbox(shapes))[1]
+  layers = getattr(model_cfg, "num_layers", 0) or 0
+  embed = getattr(model_cfg, "embed_dim", 0) or 0
+  stacks = 2 if objective.interface == "encdec" else 1
+  forward = 2 * (matmul + vocab_proj) + 4 * stacks * layers * seq_len * embed
+  per_token = 3.0 * forward + 2.0 * (frozen_matmul + frozen_proj)
+  tokens = float(int(config.steps) * int(config.batch_size) * seq_len)
+  return {"flops_per_token": per_token, "tokens": tokens,
+          "flops_total": per_token * tokens,
+          "params": float(total + frozen_total)}
+
+
+def _matmul_sizes(params, vocab: int) -> tuple[int, int, int]:
+  """(weights of matmuls, the largest vocabulary projection, all weights)
+  of a param tree; position tables and vectors are no matmuls."""
+  matmul, vocab_proj, total = 0, 0, 0
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
     size = math.prod(leaf.shape)
     total += size
     is_position = "pos" in jax.tree_util.keystr(path).lower()
@@ -267,14 +292,7 @@ def flops_estimate(config, specials: objectives.Specials) -> dict[str, float]:
       vocab_proj = max(vocab_proj, size)
     else:
       matmul += size
-  model_cfg = objective.backbone(nn.meta.unbox(shapes))[1]
-  layers = getattr(model_cfg, "num_layers", 0) or 0
-  embed = getattr(model_cfg, "embed_dim", 0) or 0
-  stacks = 2 if objective.interface == "encdec" else 1
-  forward = 2 * (matmul + vocab_proj) + 4 * stacks * layers * seq_len * embed
-  tokens = float(int(config.steps) * int(config.batch_size) * seq_len)
-  return {"flops_per_token": 3.0 * forward, "tokens": tokens,
-          "flops_total": 3.0 * forward * tokens, "params": float(total)}
+  return matmul, vocab_proj, total
 
 
 def tokenizer_of(grid, celldir: str | None = None):

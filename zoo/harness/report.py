@@ -21,6 +21,7 @@ import zlib
 
 import numpy as np
 
+from zoo.harness import seeds as seeds_lib
 from zoo.harness import statistics as stats
 
 VIEWS = ("minimal_pairs", "probe", "few_shot")
@@ -141,6 +142,9 @@ def build(grid, records: list[dict], floors: dict,
          "profile": _profile(records, floors)}
   if reference:
     out["latency"] = latency or {}
+  pretrain_seeds = seeds_lib.seeds_of(grid)
+  if len(pretrain_seeds) > 1:
+    out["pretrain_seeds"] = pretrain_seeds
   return out
 
 
@@ -196,6 +200,7 @@ def _budget(row: dict) -> str:
   if not pre:
     return "random init"
   passes = f", {pre['passes']:.2f} passes" if pre.get("passes") else ""
+  passes += f", {pre['seeds']} seeds" if pre.get("seeds") else ""
   tokens = pre["tokens"]
   size = f"{tokens / 1e6:.2f}M" if tokens >= 1e5 else f"{tokens / 1e3:.1f}k"
   return f"{size} tokens{passes}, {pre['seconds']:.0f} s"
@@ -342,9 +347,12 @@ def compression_table(results: dict) -> list[str]:
 def markdown(results: dict) -> str:
   """The results as GitHub markdown, with a legend."""
   seeds = len(results["seeds"])
+  pretrain = len(results.get("pretrain_seeds", []))
+  over = (f"examples, the {pretrain} pre-training seeds" if pretrain > 1
+          else "examples")
   lines = main_table(results) + ["", (
       f"Scores on the {results['split']} split (every example), point value "
-      f"[95% bootstrap interval over examples and the {seeds} few-shot "
+      f"[95% bootstrap interval over {over} and the {seeds} few-shot "
       "training sets]. Δ: paired difference from the family's random-init "
       "row; * marks an interval that excludes zero. Minimal pairs: percent "
       "of pairs whose grammatical sentence scores higher (50 = chance). "

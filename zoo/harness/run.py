@@ -34,6 +34,7 @@ from zoo.harness import minimal_pairs
 from zoo.harness import plots
 from zoo.harness import probe
 from zoo.harness import report
+from zoo.harness import seeds as seeds_lib
 
 VIEWS = ("minimal_pairs", "probe", "few_shot")
 
@@ -201,17 +202,22 @@ def run(grid, workdir: str) -> dict:
     The results (`report.build`), also written to DIR/results.json.
   """
   cells = cells_lib.check_grid(grid)
+  replicas = seeds_lib.replicas(grid, workdir)
   if distributed.is_main():
-    os.makedirs(os.path.join(workdir, "cells"), exist_ok=True)
+    for _, _, folder in replicas:
+      os.makedirs(folder, exist_ok=True)
   # Process 0 builds the sample, tokenizer and pair suite the others read.
   inputs = distributed.main_first(lambda: _Inputs(grid), "harness_inputs")
-  steps = sum(len(views_of(grid)) + cell.pretrained for cell in cells) + 1
-  steps += bool(grid.get("compare_to"))
+  steps = len(replicas) * sum(len(views_of(grid)) + cell.pretrained
+                              for cell in cells)
+  steps += 1 + bool(grid.get("compare_to"))
   bar = tqdm(total=steps, desc="harness", dynamic_ncols=True,
              file=sys.stderr, disable=not distributed.is_main())
   tick = lambda text: bar.set_postfix_str(text) if text else bar.update(1)
-  records = [run_cell(grid, cell, os.path.join(workdir, "cells", cell.name),
-                      inputs, tick) for cell in cells]
+  per_seed = [[run_cell(replica, cell, os.path.join(folder, cell.name),
+                        inputs, tick) for cell in cells]
+              for _, replica, folder in replicas]
+  records = [seeds_lib.merge(list(runs)) for runs in zip(*per_seed)]
   tick("floors")
   floor = floors(grid, workdir, inputs)
   tick(None)
