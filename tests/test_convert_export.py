@@ -159,6 +159,8 @@ def test_families_without_a_reference_are_refused(tmp_path, family, words):
     ("bert", dict(adapter_dim=4), "adapter_dim=4"),
     ("t5", dict(activation="gated_gelu"), "activation='gated_gelu'"),
     ("bert", dict(activation="gelu_fast"), "activation 'gelu_fast'"),
+    ("bert", dict(alibi=True), "ALiBi"),
+    ("bert", dict(num_heads=2, head_dim=16), "pruned heads"),
 ])
 def test_configs_the_reference_cannot_express_are_refused(
     tmp_path, family, overrides, words):

@@ -1,5 +1,7 @@
 """BERT and RoBERTa at tiny: output shapes, axes, sharding, masks."""
 
+import dataclasses
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -89,3 +91,20 @@ def test_logits_at_equals_full_logits_gathered(family, args):
   np.testing.assert_allclose(some, want, rtol=1e-5, atol=1e-6)
   with pytest.raises(ValueError, match="logits_at"):
     model.apply(variables, x, logits_at=at[:2])
+
+
+def test_alibi_bias_penalises_distance_within_documents():
+  from zoo.models import positions  # pylint: disable=import-outside-toplevel
+  pos = jnp.array([[0, 1, 2, 0, 1]], jnp.int32)
+  bias = np.asarray(positions.alibi_bias(pos, 4))
+  slopes = 2.0 ** (-8.0 * np.arange(1, 5) / 4)
+  np.testing.assert_allclose(bias[0, :, 0, 2], -2 * slopes)
+  np.testing.assert_allclose(bias[0, :, 4, 3], -1 * slopes)
+  assert (np.diagonal(bias[0], axis1=1, axis2=2) == 0).all()
+  config, model = models.make("bert", "tiny", dropout_rate=0.0)
+  x = mc.tokens(batch=1, pad_tail=0)
+  variables = mc.init(model, x)
+  plain = model.apply(variables, x, return_logits=False)["hidden"]
+  alibi = models.get("bert").Model(dataclasses.replace(config, alibi=True))
+  biased = alibi.apply(variables, x, return_logits=False)["hidden"]
+  assert np.abs(np.asarray(biased - plain)).max() > 1e-3

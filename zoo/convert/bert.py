@@ -127,7 +127,21 @@ FAMILIES = ("bert", "roberta")
 
 
 def hf_config(family: str, config: bert.Config) -> dict[str, Any]:
-  """The Hugging Face config dict `make_config` reads back as `config`."""
+  """The Hugging Face config dict `make_config` reads back as `config`.
+
+  Raises:
+    ValueError: the config has what the reference cannot hold (ALiBi, or
+      heads of another size than hidden / heads, as head pruning leaves).
+  """
+  if config.alibi:
+    raise ValueError(f"a {family} with ALiBi (alibi=True) has no Hugging "
+                     "Face equivalent to export to")
+  if config.head_dim and config.head_dim * config.num_heads != (
+      config.embed_dim):
+    raise ValueError(
+        f"{config.num_heads} heads of {config.head_dim} in a "
+        f"{config.embed_dim}-wide {family} (pruned heads): transformers "
+        "sizes a head as hidden / heads and cannot load it")
   return dict(
       model_type=family, vocab_size=config.vocab_size,
       hidden_size=config.embed_dim, num_hidden_layers=config.num_layers,

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from zoo.models import blocks
 from zoo.models import layers
 from zoo.models import masks
+from zoo.models import positions as positions_lib
 
 Array = jax.Array
 INTERFACE = "encoder"
@@ -51,6 +52,7 @@ class Config:
   nsp_head: bool = True  # 2-way sentence head on "pooled" -> "nsp_logits"
   attention_impl: str = "auto"  # see layers.attention
   head_dim: int = 0  # H; 0: embed_dim // num_heads (head pruning sets it)
+  alibi: bool = False  # add ALiBi's linear distance bias to every layer
 
   def block(self) -> blocks.BlockConfig:
     """The BlockConfig of every layer."""
@@ -226,7 +228,8 @@ class Model(nn.Module):
     attn_mask = encoder_mask(tokens, c.pad_id, segment_ids, mask)
     pos = layers.arange_positions(tokens, positions) + c.position_offset
     x = self.embeddings(tokens, pos, token_types, deterministic)
-    h, hs = self.encoder(x, attn_mask, deterministic=deterministic)
+    bias = (positions_lib.alibi_bias(pos, c.num_heads) if c.alibi else None)
+    h, hs = self.encoder(x, attn_mask, bias, deterministic=deterministic)
     out = {"hidden": h, "layers": (x,) + hs}
     if return_logits:
       out["logits"] = self.mlm(gather_positions(h, logits_at),

@@ -59,3 +59,29 @@ def relative_position_bucket(relative: Array, *, bidirectional: bool,
                    * (n - exact)).astype(relative.dtype)
   large = jnp.minimum(large, n - 1)
   return (bucket + jnp.where(is_small, distance, large)).astype(jnp.int32)
+
+
+def alibi_slopes(num_heads: int) -> np.ndarray:
+  """ALiBi's per-head slopes (Press et al. 2022): 2^(-8 h / N), h = 1..N.
+
+  Returns:
+    [N] float32, the steepest first.
+  """
+  return (2.0 ** (-8.0 * np.arange(1, num_heads + 1) / num_heads)).astype(
+      np.float32)
+
+
+def alibi_bias(positions: Array, num_heads: int) -> Array:
+  """Symmetric linear distance penalties on attention logits (an encoder's
+  ALiBi): head h adds -slope_h |p_i - p_j|.
+
+  Args:
+    positions: [B, T] int positions (within each document).
+    num_heads: N.
+
+  Returns:
+    [B, N, T, T] float32 bias, 0 on the diagonal.
+  """
+  distance = jnp.abs(positions[:, :, None] - positions[:, None, :])
+  slopes = jnp.asarray(alibi_slopes(num_heads))
+  return -slopes[None, :, None, None] * distance[:, None].astype(jnp.float32)
