@@ -8,8 +8,8 @@ Modules:
   heads      attention-head pruning by importance (Michel et al. 2019):
              gradient importance of each head, then the least important
              heads physically removed from every layer's q/k/v/out.
-  quant, quant_io  int8 quantisation (Q8BERT) and its file format; see
-             their own docstrings.
+  quant, quant_io, calibration  int8 quantisation (Q8BERT), its file
+             format and post-training calibration; see their docstrings.
 
 Distillation is a pre-training scheme (`objectives.distill`: `distil`,
 `tinybert`) and a fine-tuning option (`zoo.finetune.distill`); the

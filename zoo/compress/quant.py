@@ -370,8 +370,8 @@ def fake_quantized(config: QuantConfig = QuantConfig(), stats=None):
   "quant_stats" updates where the apply makes it mutable (training,
   calibration) and is read where it is frozen (evaluation); `init` inside
   the context returns stats calibrated on the init batch. `stats` (a
-  "quant_stats" tree, e.g. from `calibrate`) serves every apply that
-  passes no stats of its own: any function built on `model.apply({"params":
+  "quant_stats" tree, e.g. `zoo.compress.calibration.calibrate`'s) serves
+  every apply that passes no stats of its own: any function built on `model.apply({"params":
   p}, ...)` runs fake-quantised; modules the stats do not name (a task head
   trained on top) stay float. Interception happens at trace time, so
   functions jitted outside the context must be traced again inside it
@@ -383,43 +383,6 @@ def fake_quantized(config: QuantConfig = QuantConfig(), stats=None):
       yield
   finally:
     _FROZEN.reset(token)
-
-
-def calibrate(model: nn.Module, params, batches,
-              config: QuantConfig = QuantConfig(), **kwargs):
-  """Post-training calibration: input ranges measured on a few batches.
-
-  Args:
-    model: the linen module.
-    params: its float params.
-    batches: an iterable of dicts: "tokens" [B, T] int32, the model's
-      first argument, and any keyword arguments of its call
-      (`segment_ids`, ...).
-    config: the moving max's decay over batches (`ema_decay`; with few
-      batches, about 0.9), bits and embeddings.
-    **kwargs: keyword arguments of every call (`deterministic`, ...).
-
-  Returns:
-    The "quant_stats" tree (for `fake_quantized(stats=...)` and
-    `quantize_params`).
-  """
-  def one(stats, batch):
-    variables = {"params": params} if stats is None else {
-        "params": params, STATS: stats}
-    rest = {k: v for k, v in batch.items() if k != "tokens"}
-    with fake_quantized(config):
-      _, new = model.apply(variables, batch["tokens"], mutable=[STATS],
-                           **rest, **kwargs)
-    return new[STATS]
-  stats, step = None, jax.jit(one)
-  for batch in batches:
-    if stats is None:
-      stats = jax.jit(lambda b: one(None, b))(batch)
-    else:
-      stats = step(stats, batch)
-  if stats is None:
-    raise ValueError("calibration needs at least one batch")
-  return stats
 
 
 @contextlib.contextmanager

@@ -34,6 +34,7 @@ import numpy as np
 import safetensors.numpy
 from flax import traverse_util
 
+from zoo.compress import calibration as calibration_lib
 from zoo.compress import magnitude
 from zoo.compress import quant
 from zoo.compress import quant_io
@@ -106,7 +107,8 @@ def calibration(cell, loaded, train_config):
                                   int(train_config.seed))
   batches = ({"tokens": b["tokens"], "segment_ids": b["doc_ids"]}
              for b in (next(loader) for _ in range(CALIBRATION_BATCHES)))
-  return quant.calibrate(loaded.model, loaded.params, batches, CALIBRATION)
+  return calibration_lib.calibrate(loaded.model, loaded.params, batches,
+                                   CALIBRATION)
 
 
 @contextlib.contextmanager
