@@ -371,9 +371,9 @@ def fake_quantized(config: QuantConfig = QuantConfig(), stats=None):
   calibration) and is read where it is frozen (evaluation); `init` inside
   the context returns stats calibrated on the init batch. `stats` (a
   "quant_stats" tree, e.g. `zoo.compress.calibration.calibrate`'s) serves
-  every apply that passes no stats of its own: any function built on `model.apply({"params":
-  p}, ...)` runs fake-quantised; modules the stats do not name (a task head
-  trained on top) stay float. Interception happens at trace time, so
+  every apply that passes no stats of its own: any function built on
+  `model.apply({"params": p}, ...)` runs fake-quantised; modules the stats
+  do not name (a task head trained on top) stay float. Interception happens at trace time, so
   functions jitted outside the context must be traced again inside it
   (`jax.clear_caches()`).
   """
