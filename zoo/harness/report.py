@@ -21,7 +21,6 @@ import zlib
 
 import numpy as np
 
-from zoo.harness import seeds as seeds_lib
 from zoo.harness import statistics as stats
 
 VIEWS = ("minimal_pairs", "probe", "few_shot")
@@ -142,7 +141,7 @@ def build(grid, records: list[dict], floors: dict,
          "profile": _profile(records, floors)}
   if reference:
     out["latency"] = latency or {}
-  pretrain_seeds = seeds_lib.seeds_of(grid)
+  pretrain_seeds = list(grid.get("pretrain_seeds") or [])
   if len(pretrain_seeds) > 1:
     out["pretrain_seeds"] = pretrain_seeds
   return out
