@@ -46,7 +46,7 @@ def _grid(args):
                    tasks=args.tasks, budget=1)
   grid.pretrain.data.vocab_size = args.vocab
   for item in args.set:
-    _override(grid.pretrain, item)
+    _override(grid.pretrain, item, args.model)
   tok = data.load_tokenizer(grid.pretrain.data)
   corpus = cells_lib.corpus_tokens(grid, tok)
   grid.budget_tokens = int(args.passes * corpus)
@@ -58,8 +58,9 @@ def _grid(args):
   return grid, tok, corpus
 
 
-def _override(config, item: str) -> None:
-  """Applies `a.b=value` to `config` (`model_args.` keys may be new)."""
+def _override(config, item: str, family: str) -> None:
+  """Applies `a.b=value` to `config` (`model_args.` keys may be new, typed
+  as `family`'s Config field)."""
   key, sep, value = item.partition("=")
   *path, leaf = key.split(".")
   if not sep or not leaf:
@@ -68,7 +69,9 @@ def _override(config, item: str) -> None:
   for part in path:
     node = node[part]
   if path == ["model_args"] and leaf not in node:
-    node[leaf] = common.typed(key, None, value)
+    # Typed as the family's Config field ("false" is a bool, not a string).
+    node[leaf] = common.typed(key, common._model_default(  # pylint: disable=protected-access
+        family, leaf), value)
   elif leaf in node:
     node[leaf] = common.typed(key, node[leaf], value)
   else:
