@@ -108,3 +108,22 @@ def test_alibi_bias_penalises_distance_within_documents():
   alibi = models.get("bert").Model(dataclasses.replace(config, alibi=True))
   biased = alibi.apply(variables, x, return_logits=False)["hidden"]
   assert np.abs(np.asarray(biased - plain)).max() > 1e-3
+
+
+def test_trigram_input_reads_neighbours_within_documents_only():
+  config, _ = models.make("bert", "tiny", dropout_rate=0.0,
+                          trigram_input=True)
+  model = models.get("bert").Model(config)
+  x = mc.tokens(batch=1, pad_tail=0)
+  seg = jnp.array([[1] * 8 + [2] * 8], jnp.int32)
+  variables = mc.init(model, x)
+  assert "trigram_dense" in variables["params"]["embeddings"]
+  embed = jax.jit(lambda v, x: model.apply(
+      v, x, segment_ids=seg, return_logits=False)["layers"][0])
+  base = embed(variables, x)
+  moved = embed(variables, x.at[0, 8].set(9))  # first piece of document 2
+  changed = np.abs(np.asarray(moved - base)).max(-1)[0]
+  # Its own embedding and its right neighbour's change; the last piece
+  # of document 1 does not read across the boundary.
+  assert changed[8] > 1e-4 and changed[9] > 1e-4
+  assert changed[7] < 1e-6 and changed[10] < 1e-6

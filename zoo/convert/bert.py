@@ -133,13 +133,15 @@ def hf_config(family: str, config: bert.Config) -> dict[str, Any]:
     ValueError: the config has what the reference cannot hold (ALiBi, or
       heads of another size than hidden / heads, as head pruning leaves).
   """
-  if config.alibi:
-    raise ValueError(f"a {family} with ALiBi (alibi=True) has no Hugging "
-                     "Face equivalent to export to")
-  if config.head_dim and config.head_dim * config.num_heads != (
-      config.embed_dim):
+  if isinstance(config, bert.Config) and (config.alibi or
+                                          config.trigram_input):
+    raise ValueError(f"a {family} with ALiBi or trigram embeddings (alibi, "
+                     "trigram_input) has no Hugging Face equivalent to "
+                     "export to")
+  head_dim = getattr(config, "head_dim", 0)
+  if head_dim and head_dim * config.num_heads != config.embed_dim:
     raise ValueError(
-        f"{config.num_heads} heads of {config.head_dim} in a "
+        f"{config.num_heads} heads of {head_dim} in a "
         f"{config.embed_dim}-wide {family} (pruned heads): transformers "
         "sizes a head as hidden / heads and cannot load it")
   return dict(

@@ -53,6 +53,7 @@ class Config:
   attention_impl: str = "auto"  # see layers.attention
   head_dim: int = 0  # H; 0: embed_dim // num_heads (head pruning sets it)
   alibi: bool = False  # add ALiBi's linear distance bias to every layer
+  trigram_input: bool = False  # embed [next, own, previous] tokens: 3D -> D
 
   def block(self) -> blocks.BlockConfig:
     """The BlockConfig of every layer."""
@@ -104,6 +105,24 @@ def gather_positions(x: Array, at: Array | None) -> Array:
                              axis=1)
 
 
+def trigram(e: Array, segments: Array) -> Array:
+  """e [B, T, E], segments [B, T] -> [B, T, 3E]: each token's next, own and
+  previous embeddings; zeros beyond the row, and where a token and its
+  neighbour are real tokens of two documents (padding reads as it is)."""
+  pad_t = lambda x, before, after, value: jnp.pad(
+      x, [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2),
+      constant_values=value)
+
+  def keep(other: Array) -> Array:
+    return ((other == segments) | (segments == 0) | (other == 0))[..., None]
+
+  nxt = jnp.where(keep(pad_t(segments[:, 1:], 0, 1, -1)),
+                  pad_t(e[:, 1:], 0, 1, 0), 0.0)
+  prev = jnp.where(keep(pad_t(segments[:, :-1], 1, 0, -1)),
+                   pad_t(e[:, :-1], 1, 0, 0), 0.0)
+  return jnp.concatenate([nxt, e, prev], -1)
+
+
 class Embeddings(nn.Module):
   """Token + position + token-type embeddings, LayerNorm, dropout.
 
@@ -115,6 +134,9 @@ class Embeddings(nn.Module):
     norm_eps: LayerNorm epsilon.
     dropout_rate: dropout on the output.
     dtype: compute dtype name (for the tied `attend`).
+    position_init: "normal" or "sinusoidal" (`layers.position_init`).
+    trigram: each token embedded with its next and previous neighbours
+      (`trigram`, MobileBERT's input), mapped back to E by a dense layer.
   """
   vocab_size: int
   features: int
@@ -124,10 +146,14 @@ class Embeddings(nn.Module):
   dropout_rate: float = 0.1
   dtype: str = "float32"
   position_init: str = "normal"
+  trigram: bool = False
 
   def setup(self):
     self.token = layers.Embed(self.vocab_size, self.features,
                               dtype=self.dtype)
+    if self.trigram:
+      self.trigram_dense = layers.Dense(self.features, ("embed", "embed_out"),
+                                        dtype=self.dtype)
     self.position = layers.Embed(
         self.max_len, self.features, axes=("positions", "embed"),
         embedding_init=layers.position_init(self.position_init))
@@ -138,9 +164,16 @@ class Embeddings(nn.Module):
     self.dropout = layers.Dropout(self.dropout_rate)
 
   def __call__(self, tokens: Array, positions: Array,
-               token_types: Array | None, deterministic: bool) -> Array:
-    """tokens, positions, token_types [B, T] int -> [B, T, E] float32."""
-    x = self.token(tokens) + self.position(positions)
+               token_types: Array | None, deterministic: bool,
+               segments: Array | None = None) -> Array:
+    """tokens, positions, token_types [B, T] int -> [B, T, E] float32
+    (`segments` [B, T]: the documents a trigram stays within)."""
+    x = self.token(tokens)
+    if self.trigram:
+      if segments is None:
+        raise ValueError("trigram embeddings read the row's segments")
+      x = self.trigram_dense(trigram(x, segments))
+    x = x + self.position(positions)
     if self.type_vocab_size:
       types = jnp.zeros_like(tokens) if token_types is None else token_types
       x = x + self.token_type(types)
@@ -189,7 +222,7 @@ class Model(nn.Module):
     c = self.config
     self.embeddings = Embeddings(
         c.vocab_size, c.embed_dim, c.max_len, c.type_vocab_size, c.norm_eps,
-        c.dropout_rate, c.dtype, c.position_init)
+        c.dropout_rate, c.dtype, c.position_init, c.trigram_input)
     self.encoder = blocks.Stack(c.block(), c.num_layers, scan=c.scan_layers,
                                 remat=c.remat)
     if c.pooler:
@@ -227,7 +260,8 @@ class Model(nn.Module):
     c = self.config
     attn_mask = encoder_mask(tokens, c.pad_id, segment_ids, mask)
     pos = layers.arange_positions(tokens, positions) + c.position_offset
-    x = self.embeddings(tokens, pos, token_types, deterministic)
+    x = self.embeddings(tokens, pos, token_types, deterministic,
+                        masks.real_segments(tokens, c.pad_id, segment_ids))
     bias = (positions_lib.alibi_bias(pos, c.num_heads) if c.alibi else None)
     h, hs = self.encoder(x, attn_mask, bias, deterministic=deterministic)
     out = {"hidden": h, "layers": (x,) + hs}

@@ -143,24 +143,6 @@ def make_norm(config: Config, name: str, eps: float | None = None):
   return layers.LayerNorm(config.norm_eps if eps is None else eps, name=name)
 
 
-def trigram(e: Array, segments: Array) -> Array:
-  """e [B, T, E], segments [B, T] -> [B, T, 3E]: each token's next, own and
-  previous embeddings; zeros beyond the row, and where a token and its
-  neighbour are real tokens of two documents (padding reads as it is)."""
-  pad_t = lambda x, before, after, value: jnp.pad(
-      x, [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2),
-      constant_values=value)
-
-  def keep(other: Array) -> Array:
-    return ((other == segments) | (segments == 0) | (other == 0))[..., None]
-
-  nxt = jnp.where(keep(pad_t(segments[:, 1:], 0, 1, -1)),
-                  pad_t(e[:, 1:], 0, 1, 0), 0.0)
-  prev = jnp.where(keep(pad_t(segments[:, :-1], 1, 0, -1)),
-                   pad_t(e[:, :-1], 1, 0, 0), 0.0)
-  return jnp.concatenate([nxt, e, prev], -1)
-
-
 class Embeddings(nn.Module):
   """Tokens (E wide, trigram, dense to D) + positions + types, norm, dropout.
 
@@ -190,7 +172,7 @@ class Embeddings(nn.Module):
     c = self.config
     e = self.token(tokens)
     if c.trigram_input:
-      e = trigram(e, segments)
+      e = bert.trigram(e, segments)
     if c.trigram_input or c.embedding_dim != c.embed_dim:
       e = self.transform(e)
     types = jnp.zeros_like(tokens) if token_types is None else token_types
