@@ -134,7 +134,6 @@ def plot_compression(results: dict, path: str) -> str | None:
                   fmt="o", capsize=3)
       ax.annotate(r["name"], (size, mean), fontsize=7,
                   textcoords="offset points", xytext=(4, 4))
-    ax.set_xscale("log")
     ax.set_xlabel("MB on disk")
     ax.set_title(view.replace("_", " "))
   axes[0].set_ylabel("average score (95% interval)")

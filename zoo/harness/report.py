@@ -196,8 +196,8 @@ def _delta(view: dict) -> str:
 def _budget(row: dict) -> str:
   """`1.70M tok, 1.0 passes, 45 s` of a pre-trained row."""
   pre = row["pretrain"]
-  if not pre:
-    return "random init"
+  if not pre:  # a random-init row, or one reading another's ("int8 of x")
+    return "random init" if row["objective"] == "none" else row["objective"]
   passes = f", {pre['passes']:.2f} passes" if pre.get("passes") else ""
   passes += f", {pre['seeds']} seeds" if pre.get("seeds") else ""
   tokens = pre["tokens"]
