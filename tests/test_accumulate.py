@@ -1,5 +1,7 @@
 """Gradient accumulation equals one big batch for every registered scheme."""
 
+import collections
+
 import jax
 import numpy as np
 import pytest
@@ -7,12 +9,21 @@ import pytest
 import objectives
 from configs.compare import family
 from tests import objective_checks as testing
+from zoo import models
 from zoo import sharding
 from zoo import train_lib
 
 pytestmark = pytest.mark.slow  # minutes of training runs: not the quick lane
 
 SCHEMES = [n for n in objectives.names() if n not in objectives.aliases()]
+
+
+def _teacher():
+  """What a distillation scheme reads of its teacher before `warm_start`."""
+  config = models.make_config("bert", "tiny", vocab_size=testing.VOCAB,
+                              dropout_rate=0.0, attention_dropout_rate=0.0)
+  return collections.namedtuple("Teacher", "family config params")(
+      "bert", config, None)
 
 
 def _mesh():
@@ -24,7 +35,10 @@ def _mesh():
 def test_two_microbatches_equal_one_big_batch(name):
   """Corruption, scoring and in-batch choices (sentence-pair negatives,
   contrastive neighbours, ELECTRA's samples) are the big batch's."""
-  obj = testing.build(name, family.family_of(name))
+  if name in family.TEACHER_SCHEMES:  # a random BERT-tiny teacher
+    obj = testing.build(name, "bert", teacher=_teacher())
+  else:
+    obj = testing.build(name, family.family_of(name))
   batch = testing.tiny_batch(seq_len=32, batch_size=8)
   params = obj.init(jax.random.key(0), batch)
   rng = jax.random.key(3)

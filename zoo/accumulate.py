@@ -78,7 +78,11 @@ def grads(objective, params, batch, rng, micro: int, mesh, rules):
 
 
 def _is_float(x) -> bool:
-  return jnp.issubdtype(jnp.asarray(x).dtype, jnp.floating)
+  """Whether an output (an array, or a tree of them: a teacher's and a
+  student's output dicts) is float throughout."""
+  leaves = jax.tree_util.tree_leaves(x)
+  return bool(leaves) and all(
+      jnp.issubdtype(jnp.asarray(v).dtype, jnp.floating) for v in leaves)
 
 
 def _per_row(x, rows: int) -> bool:
