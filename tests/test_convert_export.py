@@ -19,6 +19,7 @@ from zoo import convert, models, train
 from zoo import generate as gen_lib
 from zoo.convert import __main__ as cli
 from zoo.convert import export
+from zoo.models import blocks
 
 VOCAB = 97
 # Odd sizes: 3 layers, 3 heads of 16, an MLP of 80.
@@ -136,7 +137,7 @@ def test_hf_to_zoo_to_hf_is_bitwise(tmp_path, name):
 def test_scanned_params_export_like_unrolled(tmp_path):
   config = _config("bert")
   params = models.init_params("bert", config, jax.random.key(2))
-  scanned = convert.common.restack(params)
+  scanned = blocks.restack(params)
   a = convert.to_hf(("bert", config, params), tmp_path / "a")
   b = convert.to_hf(("bert", dataclasses.replace(config, scan_layers=True),
                      scanned), tmp_path / "b")

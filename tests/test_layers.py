@@ -9,7 +9,6 @@ import torch
 from transformers.models.t5 import modeling_t5
 
 from zoo import models
-from zoo.convert import common
 from zoo.models import blocks
 from zoo.models import layers
 from zoo.models import masks
@@ -168,12 +167,38 @@ def test_scan_stack_equals_unrolled_with_restacked_params():
   unboxed = jax.tree.map(lambda b: b.value, p["params"],
                          is_leaf=lambda b: hasattr(b, "value"))
   scan = blocks.Stack(CFG, 3, scan=True, remat=True)
-  y2, ys2 = jax.jit(scan.apply)({"params": common.restack(unboxed)}, x,
+  y2, ys2 = jax.jit(scan.apply)({"params": blocks.restack(unboxed)}, x,
                                 mask)
   np.testing.assert_allclose(y2, y, atol=1e-5)
   np.testing.assert_allclose(ys2[1], ys[1], atol=1e-5)
   boxed = jax.eval_shape(scan.init, KEY, x, mask)["params"]["layers"]["block"]
   assert boxed["mlp"]["wi"]["kernel"].names == ("layers", "embed", "mlp")
+
+
+def test_stack_layouts_restack_unstack_and_take_layers():
+  layer = lambda i: {"w": np.full((2, 3), float(i)), "b": np.full(3, -i)}
+  tree = {"embed": {"e": np.ones(4)},
+          "encoder": {f"layer_{i}": layer(i) for i in range(4)},
+          "decoder": {"inner": {f"layer_{i}": layer(10 + i) for i in range(4)}}}
+  scanned = blocks.restack(tree)
+  assert scanned["encoder"]["layers"]["block"]["w"].shape == (4, 2, 3)
+  assert blocks.is_scanned(scanned) and not blocks.is_unrolled(scanned)
+  assert blocks.is_unrolled(tree) and not blocks.is_scanned(tree)
+  back = blocks.unstack(scanned)
+  jax.tree.map(np.testing.assert_array_equal, back, tree)
+  for source in (tree, scanned):
+    cut = blocks.take_layers(source, [1, 3], scanned=False)
+    assert sorted(cut["encoder"]) == ["layer_0", "layer_1"]
+    assert cut["encoder"]["layer_1"]["w"][0, 0] == 3
+    assert [cut["decoder"]["inner"][f"layer_{i}"]["w"][0, 0]
+            for i in range(2)] == [11, 13]
+    np.testing.assert_array_equal(cut["embed"]["e"], tree["embed"]["e"])
+    cut_scanned = blocks.take_layers(source, [1, 3], scanned=True)
+    np.testing.assert_array_equal(
+        cut_scanned["encoder"]["layers"]["block"]["b"][:, 0], [-1, -3])
+    assert [p["w"][0, 0] for p in blocks.first_stack(source)] == [0, 1, 2, 3]
+  with pytest.raises(ValueError, match="no layer stack"):
+    blocks.first_stack({"embed": {"e": np.ones(2)}})
 
 
 @pytest.mark.slow

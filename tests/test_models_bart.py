@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from tests import seq2seq_checks as sc
-from zoo.convert import common
 from zoo.models import bart, make
+from zoo.models import blocks
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def test_encode_and_decode_methods(tiny):
 def test_scan_layers_equals_unrolled(tiny):
   _, _, run, params = tiny
   _, scanned = make("bart", "tiny", dropout_rate=0.0, scan_layers=True)
-  restacked = {"params": common.restack(nn.meta.unbox(params)["params"])}
+  restacked = {"params": blocks.restack(nn.meta.unbox(params)["params"])}
   enc, dec = sc.ids(2, (sc.B, sc.S)), sc.ids(3, (sc.B, sc.T))
   got = jax.jit(scanned.apply)(restacked, enc, dec)
   np.testing.assert_allclose(got["logits"], run(params, enc, dec)["logits"],

@@ -24,8 +24,8 @@ from tests import model_checks as mc
 from tests import objective_checks as oc
 from tests.fast_params import fast_params
 from zoo import convert, models
-from zoo.convert import common
 from zoo.models import longformer
+from zoo.models import blocks
 
 # Reference configs, each with a length that is no multiple of its window
 # (the reference pads to one): a small one, and an odd one (3 heads of 12,
@@ -323,7 +323,7 @@ def test_scan_remat_and_bf16_match_the_unrolled_f32_model(tiny):
   ref = fwd(variables, x, global_mask=glob)
   scanned = models.get("longformer").Model(dataclasses.replace(
       config, scan_layers=True, remat="full"))
-  stacked = {"params": common.restack(nn.meta.unbox(variables["params"]))}
+  stacked = {"params": blocks.restack(nn.meta.unbox(variables["params"]))}
   boxed = jax.eval_shape(scanned.init, jax.random.key(0), x)
   assert boxed["params"]["encoder"]["layers"]["block"]["attention"][
       "query_global"]["kernel"].names == ("layers", "embed", "heads", "kv")

@@ -22,7 +22,7 @@ from tests import model_checks as mc
 from tests import objective_checks as oc
 from tests.fast_params import fast_params
 from zoo import convert, models
-from zoo.convert import common
+from zoo.models import blocks
 
 _SMALL = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2,
               num_attention_heads=4, intermediate_size=64, embedding_size=32,
@@ -238,7 +238,7 @@ def test_scan_remat_and_bf16_match_the_unrolled_f32_model(tiny):
   ref = fwd(variables, x)
   scanned = models.get("mobilebert").Model(dataclasses.replace(
       config, scan_layers=True, remat="full"))
-  stacked = {"params": common.restack(nn.meta.unbox(variables["params"]))}
+  stacked = {"params": blocks.restack(nn.meta.unbox(variables["params"]))}
   boxed = jax.eval_shape(scanned.init, jax.random.key(0), x)
   assert boxed["params"]["encoder"]["layers"]["block"]["input_bottleneck"][
       "kernel"].names == ("layers", "embed", "embed_out")

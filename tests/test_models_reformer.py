@@ -21,9 +21,9 @@ from tests import hf_parity as hp
 from tests import model_checks as mc
 from tests import objective_checks as oc
 from zoo import convert, models
-from zoo.convert import common
 from zoo.convert import reformer as reformer_convert
 from zoo.models import lsh, reformer, reversible
+from zoo.models import blocks
 
 # Reference configs (causal LMs), each with a length the reference pads to
 # its chunks: a small one (local and LSH twice each, two hash rounds, a
@@ -369,7 +369,7 @@ def test_scan_and_bf16_match_the_unrolled_f32_model():
   ref = jax.jit(model.apply)(variables, x)
   scanned = models.get("reformer").Model(dataclasses.replace(
       config, scan_layers=True))
-  stacked = {"params": common.restack(nn.meta.unbox(variables["params"]))}
+  stacked = {"params": blocks.restack(nn.meta.unbox(variables["params"]))}
   boxed = jax.eval_shape(scanned.init, jax.random.key(0), x)
   assert boxed["params"]["encoder"]["layers"]["block"]["lsh_1"]["attention"][
       "query_key"]["kernel"].names == ("layers", "embed", "heads", "kv")

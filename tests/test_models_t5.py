@@ -9,8 +9,8 @@ import pytest
 
 from tests import seq2seq_checks as sc
 from tests.fast_params import fast_params
-from zoo.convert import common
 from zoo.models import heads, make, t5
+from zoo.models import blocks
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_encdec_without_decoder_tokens_is_an_error(tiny):
 def test_scan_layers_equals_unrolled(tiny):
   _, _, apply, params = tiny
   _, scanned = make("t5", "tiny", dropout_rate=0.0, scan_layers=True)
-  restacked = {"params": common.restack(nn.meta.unbox(params)["params"])}
+  restacked = {"params": blocks.restack(nn.meta.unbox(params)["params"])}
   enc, dec = sc.ids(2, (sc.B, sc.S)), sc.ids(3, (sc.B, sc.T))
   want = apply(params, enc, dec)
   got = jax.jit(scanned.apply)(restacked, enc, dec)

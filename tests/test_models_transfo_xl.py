@@ -16,7 +16,7 @@ from tests import model_checks as mc
 from tests import objective_checks as oc
 from tests.fast_params import fast_params
 from zoo import models
-from zoo.convert import common
+from zoo.models import blocks
 
 T = 8  # segment length; tiny's mem_len (64) holds three segments
 
@@ -184,7 +184,7 @@ def test_scan_remat_and_bf16_match_the_unrolled_f32_model(tiny):
   ref = fwd(variables, x2, mems=mems)
   scanned = models.get("transfo_xl").Model(dataclasses.replace(
       config, scan_layers=True, remat="full"))
-  stacked = {"params": common.restack(nn.meta.unbox(variables["params"]))}
+  stacked = {"params": blocks.restack(nn.meta.unbox(variables["params"]))}
   got = jax.jit(lambda v: scanned.apply(v, x2, mems=mems))(stacked)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
                got, ref)

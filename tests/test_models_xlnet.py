@@ -21,8 +21,8 @@ from tests import model_checks as mc
 from tests import objective_checks as oc
 from tests.fast_params import fast_params
 from zoo import convert, models
-from zoo.convert import common
 from zoo.models import xlnet
+from zoo.models import blocks
 
 # Reference configs: a tiny one (memory kept whole), and an odd one (3
 # heads of 16, vocab 97, MLP 80, a mem_len shorter than a segment, a
@@ -295,7 +295,7 @@ def test_scan_remat_and_bf16_match_the_unrolled_f32_model(tiny):
   ref = fwd(variables, x, mems=mems, **kw)
   scanned = models.get("xlnet").Model(dataclasses.replace(
       config, scan_layers=True, remat="full"))
-  stacked = {"params": common.restack(nn.meta.unbox(variables["params"]))}
+  stacked = {"params": blocks.restack(nn.meta.unbox(variables["params"]))}
   boxed = jax.eval_shape(scanned.init, jax.random.key(0), x)
   assert boxed["params"]["encoder"]["layers"]["block"]["mlp"]["wi"][
       "kernel"].names == ("layers", "embed", "mlp")

@@ -17,7 +17,6 @@ reported and the previous complete one is tried. Nothing unpickles.
 import dataclasses
 import functools
 import os
-import re
 import warnings
 from typing import Any
 
@@ -34,6 +33,7 @@ from zoo import generate as gen_lib
 from zoo import models
 from zoo import scoring
 from zoo import train_lib
+from zoo.models import blocks
 from zoo.models import interface_of
 
 MASK_MARKERS = tok_lib.MASK_MARKERS
@@ -321,13 +321,6 @@ def restore_params(workdir: str, step: int | None = None):
                    + "\n".join(errors))
 
 
-def _unrolled(params) -> bool:
-  """Whether params hold an unrolled layer stack (`layer_<i>` groups)."""
-  paths = jax.tree_util.tree_flatten_with_path(params)[0]
-  return any(re.fullmatch(r"layer_\d+", str(getattr(k, "key", "")))
-             for path, _ in paths for k in path)
-
-
 def _masked_mean(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
   """[..., B, T, D] averaged over the True pieces of mask [B, T] ->
   [..., B, D] float32 (a row without real pieces gives zeros)."""
@@ -343,7 +336,8 @@ def load_workdir(workdir: str, step: int | None = None) -> Loaded:
   specials = (objectives.Specials(**tokenizer.specials()) if tokenizer
               else train_lib.specials_of(config, None))
   params, step = restore_params(workdir, step)
-  if "scan_layers" not in config.get("model_args", {}) and _unrolled(params):
+  if ("scan_layers" not in config.get("model_args", {})
+      and blocks.is_unrolled(params)):
     # Trained before deep stacks scanned by default: build it as trained.
     config.model_args = dict(config.get("model_args", {}), scan_layers=False)
   objective = train_lib.build_objective(config, specials, tokenizer)

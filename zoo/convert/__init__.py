@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from zoo.convert import common
+from zoo.models import blocks
 
 # Converter modules, tried in order.
 CONVERTERS = ("bert", "gpt2", "distilbert", "albert", "electra", "t5",
@@ -155,7 +156,7 @@ def convert(mod: ModuleType, hf_config: dict[str, Any],
   unrolled = dataclasses.replace(config, scan_layers=False)
   params = common.check_and_fill(family, unrolled, params)
   if config.scan_layers:
-    params = common.restack(params)
+    params = blocks.restack(params)
   return family, config, params
 
 

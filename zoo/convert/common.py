@@ -4,7 +4,7 @@ A converter reads torch-layout tensors by name through a `Reader` (which
 remembers what it used, so leftovers can be reported) and builds the param
 tree of a zoo model, unrolled (`layer_<i>`); `finish` checks that tree
 against the model's own init, fills heads the checkpoint does not have, and
-restacks layers for `scan_layers`.
+restacks layers for `scan_layers` (`blocks.restack`).
 """
 
 import logging
@@ -232,33 +232,6 @@ def check_and_fill(family: str, config, params: Params) -> Params:
   return _unflat(have)
 
 
-def restack(params: Params) -> Params:
-  """Every `layer_0..layer_{L-1}` group -> one scanned `layers` subtree."""
-  if not isinstance(params, dict):
-    return params
-  out = {k: restack(v) for k, v in params.items() if not _is_layer(k)}
-  n = sum(1 for k in params if _is_layer(k))
-  if n:
-    out["layers"] = blocks.stack_layer_params(
-        [restack(params[f"layer_{i}"]) for i in range(n)])
-  return out
-
-
-def unstack(params: Params) -> Params:
-  """Inverse of `restack`: every scanned `layers` subtree -> `layer_<i>`."""
-  if not isinstance(params, dict):
-    return params
-  out = {k: unstack(v) for k, v in params.items() if k != "layers"}
-  if isinstance(params.get("layers"), dict) and "block" in params["layers"]:
-    stacked = params["layers"]["block"]
-    n = len(jax.tree.leaves(stacked)[0])
-    for i in range(n):
-      out[f"layer_{i}"] = unstack(jax.tree.map(lambda x, i=i: x[i], stacked))
-  elif "layers" in params:
-    out["layers"] = unstack(params["layers"])
-  return out
-
-
 def hf_name(table: dict[str, str], zoo_name: str, what: str) -> str:
   """The first Hugging Face name that `table` (HF -> zoo) maps to `zoo_name`.
 
@@ -270,10 +243,6 @@ def hf_name(table: dict[str, str], zoo_name: str, what: str) -> str:
       return hf
   raise ValueError(f"{what} {zoo_name!r} has no Hugging Face equivalent; "
                    f"exportable: {sorted(set(table.values()))}")
-
-
-def _is_layer(key: str) -> bool:
-  return re.fullmatch(r"layer_\d+", key) is not None
 
 
 def warn_unused(r: Reader, family: str) -> None:

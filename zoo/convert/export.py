@@ -32,6 +32,7 @@ import numpy as np
 from flax import linen as nn
 
 from zoo.convert import common
+from zoo.models import blocks
 
 # Config fields with no bearing on the reference forward: how the zoo runs
 # a model (dtype, scanning, remat, kernels), how it initialises one, and
@@ -219,7 +220,7 @@ def hf_tensors(family: str, config, params, token_ids=None):
   """
   mod = exporter(family)
   params = jax.device_get(nn.meta.unbox(params))
-  params = common.unstack(params)
+  params = blocks.unstack(params)
   if hasattr(mod, "prepare_export"):
     config, params = mod.prepare_export(family, config, params)
   arch = mod.architecture(family, config, params)

@@ -39,6 +39,7 @@ from zoo import optim
 from zoo import sharding
 from zoo import train_lib
 from zoo.convert import common
+from zoo.models import blocks
 
 # The scheme a family was pre-trained with, where no objective is given.
 DEFAULT_OBJECTIVES = {"bert": "mlm", "roberta": "mlm", "distilbert": "mlm",
@@ -128,13 +129,13 @@ def model_to_workdir(family: str, model_config, params, tokenizer, workdir,
   """
   workdir = os.fspath(workdir)
   _check_new(workdir)
-  params = common.unstack(jax.tree.map(np.asarray, nn.meta.unbox(params)))
+  params = blocks.unstack(jax.tree.map(np.asarray, nn.meta.unbox(params)))
   _check_vocab(tokenizer.vocab_size, model_config.vocab_size,
                source or family)
   config = training_config(family, model_config, tokenizer, workdir,
                            objective, train_overrides)
   if config.model_args.get("scan_layers", False):
-    params = common.restack(params)
+    params = blocks.restack(params)
   state = imported_state(config, tokenizer, params, model_config.vocab_size)
   tokenizer.save(os.path.join(workdir, "tokenizer"))
   ckpt_lib.write_config(workdir, config)

@@ -229,22 +229,48 @@ def stack_layer_params(per_layer: list[dict]) -> dict:
 
 
 def _layer_keys(tree: dict) -> list[str]:
+  """`layer_<i>` keys of a tree, in layer order."""
   return sorted((k for k in tree if re.fullmatch(r"layer_\d+", k)),
                 key=lambda k: int(k[6:]))
 
 
-def _per_layer(tree: dict) -> list[dict] | None:
-  """The L per-layer param trees of a stack's subtree (`layer_<i>` keys, or
-  a scanned `layers/block` stacked on axis 0); None if it holds no stack."""
-  keys = _layer_keys(tree)
+def restack(params: dict) -> dict:
+  """Every `layer_0..layer_{L-1}` group -> one scanned `layers` subtree
+  (the layout of a `Stack` or `LayerStack` with `scan=True`)."""
+  if not isinstance(params, dict):
+    return params
+  keys = _layer_keys(params)
+  out = {k: restack(v) for k, v in params.items() if k not in keys}
   if keys:
-    return [tree[k] for k in keys]
-  block = tree.get("layers")
-  if isinstance(block, dict) and set(block) == {"block"}:
+    out["layers"] = stack_layer_params([restack(params[k]) for k in keys])
+  return out
+
+
+def unstack(params: dict) -> dict:
+  """Inverse of `restack`: every scanned `layers/block` -> `layer_<i>`."""
+  if not isinstance(params, dict):
+    return params
+  out = {k: unstack(v) for k, v in params.items() if k != "layers"}
+  block = params.get("layers")
+  if isinstance(block, dict) and "block" in block:
     stacked = block["block"]
-    count = jax.tree.leaves(stacked)[0].shape[0]
-    return [jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(count)]
-  return None
+    for i in range(len(jax.tree.leaves(stacked)[0])):
+      out[f"layer_{i}"] = unstack(jax.tree.map(lambda x, i=i: x[i], stacked))
+  elif "layers" in params:
+    out["layers"] = unstack(block)
+  return out
+
+
+def _keep(tree, keep: list[int]):
+  """An unrolled tree with only the layers `keep` of each stack, renumbered."""
+  if not isinstance(tree, dict):
+    return tree
+  keys = _layer_keys(tree)
+  out = {k: _keep(v, keep) for k, v in tree.items() if k not in keys}
+  if keys:
+    out.update({f"layer_{j}": _keep(tree[keys[i]], keep)
+                for j, i in enumerate(keep)})
+  return out
 
 
 def take_layers(params: dict, keep: list[int], scanned: bool) -> dict:
@@ -260,19 +286,8 @@ def take_layers(params: dict, keep: list[int], scanned: bool) -> dict:
   Returns:
     The tree with every stack cut to `len(keep)` layers; the rest as it was.
   """
-  if not isinstance(params, dict):
-    return params
-  layers_ = _per_layer(params)
-  if layers_ is None:
-    return {k: take_layers(v, keep, scanned) for k, v in params.items()}
-  out = {k: take_layers(v, keep, scanned) for k, v in params.items()
-         if k != "layers" and not re.fullmatch(r"layer_\d+", k)}
-  chosen = [layers_[i] for i in keep]
-  if scanned:
-    out["layers"] = stack_layer_params(chosen)
-  else:
-    out.update({f"layer_{i}": p for i, p in enumerate(chosen)})
-  return out
+  kept = _keep(unstack(params), keep)
+  return restack(kept) if scanned else kept
 
 
 def first_stack(params: dict) -> list[dict]:
@@ -281,12 +296,12 @@ def first_stack(params: dict) -> list[dict]:
   Raises:
     ValueError: the tree holds no stack.
   """
-  todo = [params]
+  todo = [unstack(params)]
   while todo:
     tree = todo.pop(0)
-    found = _per_layer(tree)
-    if found is not None:
-      return found
+    keys = _layer_keys(tree)
+    if keys:
+      return [tree[k] for k in keys]
     todo += [v for v in tree.values() if isinstance(v, dict)]
   raise ValueError("the params hold no layer stack (layer_<i> or "
                    "layers/block)")
@@ -300,6 +315,14 @@ def is_scanned(params: dict) -> bool:
   if isinstance(block, dict) and set(block) == {"block"}:
     return True
   return any(is_scanned(v) for v in params.values())
+
+
+def is_unrolled(params: dict) -> bool:
+  """Whether a param tree holds an unrolled stack (`layer_<i>` groups)."""
+  if not isinstance(params, dict):
+    return False
+  return bool(_layer_keys(params)) or any(
+      is_unrolled(v) for v in params.values())
 
 
 def sown_scores(intermediates) -> list[Array]:
