@@ -1,8 +1,12 @@
 """Every training config trains through the one trainer on the sample.
 
-One optimizer step per config, on the embedded sample, sharded over the
-2x2x2 CPU mesh: the real path (data, objective, model, sharding, trainer,
-checkpoint) for every scheme.
+Every config builds its objective and traces a gradient step
+(`jax.eval_shape`: every shape and option check, no compile). One config
+per model family (the family's own scheme), and one distilling from a
+teacher, run one real optimizer step on the embedded sample sharded over
+the 2x2x2 CPU mesh: the real path (data, objective, model, sharding,
+trainer, checkpoint). Every scheme's real gradient step runs in
+`test_accumulate.py`.
 """
 
 import importlib
@@ -10,9 +14,12 @@ import json
 import math
 import pathlib
 
+import jax
 import pytest
 
+from configs.compare import family as family_grid
 from zoo import train as train_mod
+from zoo import train_lib
 
 pytestmark = pytest.mark.slow  # minutes of training runs: not the quick lane
 
@@ -21,6 +28,23 @@ CONFIGS = sorted(p.stem for p in
                      "configs").glob("*.py")
                  # workdir.py reads a run's config.json: no config of its own
                  if p.stem not in ("__init__", "common", "workdir"))
+
+
+def _real_runs(names) -> list[str]:
+  """Per model family the config of its own scheme (else its first), and
+  the first config with a teacher."""
+  chosen, teacher = {}, None
+  for name in names:
+    config = importlib.import_module(f"configs.{name}").get_config("tiny")
+    own = config.objective == family_grid.FAMILY_SCHEME.get(config.model)
+    if own or config.model not in chosen:
+      chosen[config.model] = name
+    if teacher is None and "teacher" in config.objective_args:
+      teacher = name
+  return sorted(set(chosen.values()) | {teacher} - {None})
+
+
+REAL = _real_runs(CONFIGS)
 
 
 def _one_step_config(name: str):
@@ -60,6 +84,29 @@ def teacher_workdir(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", CONFIGS)
+def test_config_traces_a_gradient_step(name, request):
+  config = _one_step_config(name)
+  if "teacher" in config.objective_args:
+    config.objective_args.teacher = request.getfixturevalue("teacher_workdir")
+  obj = train_lib.build_objective(config, train_lib.specials_of(config, None))
+  batch = train_lib.example_batch(int(config.seq_len), int(config.batch_size))
+  params = jax.eval_shape(obj.init, jax.random.key(0), batch)
+  (loss, metrics), grads = jax.eval_shape(
+      jax.value_and_grad(obj.loss, has_aux=True), params, batch,
+      jax.random.key(1))
+  assert loss.shape == () and metrics
+  assert jax.tree.structure(grads) == jax.tree.structure(params)
+
+
+def test_every_model_family_runs_for_real():
+  families = {importlib.import_module(f"configs.{n}").get_config("tiny").model
+              for n in CONFIGS}
+  ran = {importlib.import_module(f"configs.{n}").get_config("tiny").model
+         for n in REAL}
+  assert ran == families and len(REAL) == len(families) + 1
+
+
+@pytest.mark.parametrize("name", REAL)
 def test_config_trains_one_sharded_step_on_the_sample(name, tmp_path,
                                                       request):
   config = _one_step_config(name)
