@@ -216,6 +216,18 @@ class Attention(nn.Module):
                         dtype=c.dtype, name="out")(out)
 
 
+def _activation(x: Array) -> Array:
+  """x [B, T, I|D] constrained to the stack's activation axes.
+
+  Every bottleneck-wide activation gets the layout of the stack's
+  activations. Left to propagation, the partitioner of this stack (jax
+  0.10, GSPMD and Shardy alike) gave the attention output and the stacked
+  feed-forward outputs of the rows on (data 0, fsdp 1) and (data 1,
+  fsdp 0) each other's values on the 2x2x2 CPU mesh (caught by
+  `test_outputs_axes_and_sharded_forward`, per row)."""
+  return nn.with_logical_constraint(x, blocks.ACTIVATION_AXES)
+
+
 class Layer(nn.Module):
   """One MobileBERT layer (the module docstring's list).
 
@@ -260,14 +272,16 @@ class Layer(nn.Module):
   def __call__(self, x: Array, mask) -> Array:
     """x [B, T, D], mask (see `layers.attention`) -> [B, T, D] float32."""
     c = self.config
-    qk_in, v_in, residual = self._inputs(x)
-    a = Attention(c, self.deterministic, name="attention")(qk_in, v_in, mask)
-    a = self._residual(a, residual, "attention", not c.use_bottleneck)
+    qk_in, v_in, residual = map(_activation, self._inputs(x))
+    a = _activation(Attention(c, self.deterministic, name="attention")(
+        qk_in, v_in, mask))
+    a = _activation(self._residual(a, residual, "attention",
+                                   not c.use_bottleneck))
     mlp = lambda name: layers.Mlp(c.mlp_dim, c.activation, dtype=c.dtype,
                                   name=name)
     for j in range(c.num_feedforward_networks - 1):
-      a = make_norm(c, f"ffn_{j}_norm")(a + mlp(f"ffn_{j}")(a))
-    h = mlp("mlp")(a)
+      a = _activation(make_norm(c, f"ffn_{j}_norm")(a + mlp(f"ffn_{j}")(a)))
+    h = _activation(mlp("mlp")(a))
     if not c.use_bottleneck:
       return self._residual(h, a, "mlp", True, REFERENCE_EPS)
     h = make_norm(c, "mlp_norm", REFERENCE_EPS)(h + a)
