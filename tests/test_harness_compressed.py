@@ -46,14 +46,15 @@ def test_pruned_rows_hold_their_sparsity_while_fine_tuning():
 
 @pytest.mark.slow
 def test_compression_rows_run_end_to_end(tmp_path):
-  grid = _grid(("teacher", "distil", "tinybert", "int8", "pruned90"))
+  # TinyBERT's row reads its teacher as DistilBERT's does (an "@teacher"
+  # reference); its scheme trains in test_objectives_distill.
+  grid = _grid(("teacher", "distil", "int8", "pruned90"))
   results = harness_run.run(grid, str(tmp_path))
   rows = {r["name"]: r for r in results["rows"]}
-  assert list(rows) == ["teacher", "distil", "tinybert", "int8", "pruned90",
+  assert list(rows) == ["teacher", "distil", "int8", "pruned90",
                         "random_bert"]
   foot = {n: r["footprint"] for n, r in rows.items()}
   assert foot["distil"]["params"] < foot["teacher"]["params"]
-  assert foot["tinybert"]["params"] < foot["distil"]["params"]
   # int8 stores about a quarter of the float bytes.
   assert foot["int8"]["bytes"] < 0.4 * foot["teacher"]["bytes"]
   assert foot["int8"]["params"] == foot["teacher"]["params"]
