@@ -16,7 +16,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from zoo import models
-from zoo.models import blocks
 
 Params = dict[str, Any]
 # Buffers Hugging Face saves that are not weights.

@@ -251,26 +251,27 @@ def unstack(params: dict) -> dict:
   if not isinstance(params, dict):
     return params
   out = {k: unstack(v) for k, v in params.items() if k != "layers"}
-  block = params.get("layers")
-  if isinstance(block, dict) and "block" in block:
-    stacked = block["block"]
-    for i in range(len(jax.tree.leaves(stacked)[0])):
-      out[f"layer_{i}"] = unstack(jax.tree.map(lambda x, i=i: x[i], stacked))
+  per = _per_layer({"layers": params["layers"]}) if "layers" in params else (
+      None)
+  if per is not None:
+    out.update({f"layer_{i}": unstack(p) for i, p in enumerate(per)})
   elif "layers" in params:
-    out["layers"] = unstack(block)
+    out["layers"] = unstack(params["layers"])
   return out
 
 
-def _keep(tree, keep: list[int]):
-  """An unrolled tree with only the layers `keep` of each stack, renumbered."""
-  if not isinstance(tree, dict):
-    return tree
+def _per_layer(tree: dict) -> list[dict] | None:
+  """The L per-layer param trees of a stack's subtree (`layer_<i>` keys, or
+  a scanned `layers/block` stacked on axis 0); None if it holds no stack."""
   keys = _layer_keys(tree)
-  out = {k: _keep(v, keep) for k, v in tree.items() if k not in keys}
   if keys:
-    out.update({f"layer_{j}": _keep(tree[keys[i]], keep)
-                for j, i in enumerate(keep)})
-  return out
+    return [tree[k] for k in keys]
+  block = tree.get("layers")
+  if isinstance(block, dict) and set(block) == {"block"}:
+    stacked = block["block"]
+    count = jax.tree.leaves(stacked)[0].shape[0]
+    return [jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(count)]
+  return None
 
 
 def take_layers(params: dict, keep: list[int], scanned: bool) -> dict:
@@ -286,8 +287,20 @@ def take_layers(params: dict, keep: list[int], scanned: bool) -> dict:
   Returns:
     The tree with every stack cut to `len(keep)` layers; the rest as it was.
   """
-  kept = _keep(unstack(params), keep)
-  return restack(kept) if scanned else kept
+  if not isinstance(params, dict):
+    return params
+  layers_ = _per_layer(params)
+  if layers_ is None:
+    return {k: take_layers(v, keep, scanned) for k, v in params.items()}
+  stack_keys = ["layers"] + _layer_keys(params)
+  out = {k: take_layers(v, keep, scanned) for k, v in params.items()
+         if k not in stack_keys}
+  chosen = [layers_[i] for i in keep]
+  if scanned:
+    out["layers"] = stack_layer_params(chosen)
+  else:
+    out.update({f"layer_{i}": p for i, p in enumerate(chosen)})
+  return out
 
 
 def first_stack(params: dict) -> list[dict]:
@@ -296,12 +309,12 @@ def first_stack(params: dict) -> list[dict]:
   Raises:
     ValueError: the tree holds no stack.
   """
-  todo = [unstack(params)]
+  todo = [params]
   while todo:
     tree = todo.pop(0)
-    keys = _layer_keys(tree)
-    if keys:
-      return [tree[k] for k in keys]
+    found = _per_layer(tree)
+    if found is not None:
+      return found
     todo += [v for v in tree.values() if isinstance(v, dict)]
   raise ValueError("the params hold no layer stack (layer_<i> or "
                    "layers/block)")
