@@ -358,3 +358,12 @@ def test_family_grid_runs_a_chosen_subset():
   assert grid.few_shot.k == 8
   with pytest.raises(ValueError, match=r"only= names cells \['nope'\] the"):
     family.get_config("only=nope")
+
+
+def test_demo_grid_runs_one_row_at_another_budget():
+  grid = demo.get_config("tokens=7700000,only=mlm")
+  names = [c.name for c in cells.parse_cells(grid)]
+  assert names == ["mlm", "random_bert"] and grid.budget_tokens == 7_700_000
+  assert grid.cells[0]["model_args"] == {"trigram_input": True}
+  with pytest.raises(ValueError, match=r"only= names cells \['t5'\] the"):
+    demo.get_config("only=t5")

@@ -135,3 +135,39 @@ def test_sharded_forward_equals_unsharded(tiny):
   got = sc.sharded_apply(model, params, enc, dec)
   for key in ("logits", "hidden", "encoder_hidden"):
     np.testing.assert_allclose(got[key], want[key], atol=1e-5)
+
+
+def test_mesh_tf_init_draws_each_table_at_t5s_scale():
+  """T5's init (`init="mesh_tf"`, the default): kernels N(0, 1/fan_in), the
+  query N(0, 1/(D*H)), relative bias and untied head N(0, 1/D); "normal"
+  is N(0, 0.02) throughout; an unknown name is refused."""
+  d, n, h, f = 128, 4, 32, 256
+  shape = dict(vocab_size=600, num_layers=1, embed_dim=d, num_heads=n,
+               head_dim=h, mlp_dim=f, relpos_buckets=512)
+  ids = jnp.ones((1, 4), jnp.int32)
+
+  def stds(**kw):
+    model = t5.Model(t5.Config(**shape, **kw))
+    p = nn.meta.unbox(model.init(jax.random.PRNGKey(0), ids, ids)["params"])
+    block = p["decoder"]["stack"]["layer_0"]
+    return {"query": block["cross_attention"]["query"]["kernel"].std(),
+            "key": block["attention"]["key"]["kernel"].std(),
+            "out": block["attention"]["out"]["kernel"].std(),
+            "wi_0": block["mlp"]["wi_0"]["kernel"].std(),
+            "wo": block["mlp"]["wo"]["kernel"].std(),
+            "relpos": p["encoder"]["relpos"]["rel_embedding"].std(),
+            "lm_head": p["lm_head"]["kernel"].std(),
+            "embed": p["token_embed"]["embedding"].std()}
+
+  want = {"query": (d * h) ** -0.5, "key": d ** -0.5, "out": (n * h) ** -0.5,
+          "wi_0": d ** -0.5, "wo": f ** -0.5, "relpos": d ** -0.5,
+          "lm_head": d ** -0.5, "embed": 1.0}
+  got = stds()
+  for name, std in want.items():
+    np.testing.assert_allclose(got[name], std, rtol=0.05, err_msg=name)
+  got = stds(init="normal")
+  for name in want:
+    if name != "embed":
+      np.testing.assert_allclose(got[name], 0.02, rtol=0.05, err_msg=name)
+  with pytest.raises(ValueError, match="init 'xavier'"):
+    stds(init="xavier")

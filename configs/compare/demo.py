@@ -101,6 +101,33 @@ def parse(arg: str | None) -> dict:
   return {names[k]: int(float(v)) for k, v in args.items()}
 
 
+def select(g: ml_collections.ConfigDict, only: str
+           ) -> ml_collections.ConfigDict:
+  """`g` with just the cells `only` names ("NAME+NAME..."; "" keeps all);
+  their families' random-init rows come with them."""
+  names = [n for n in only.split("+") if n]
+  if names:
+    known = [c["name"] for c in g.cells]
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+      raise ValueError(f"only= names cells {unknown} the grid lacks; its "
+                       f"cells: {known}")
+    g.cells = [c for c in g.cells if c["name"] in names]
+    rows = {c["t5_row"] for c in g.cells}
+    g.published = {k: v for k, v in g.published.items() if k in rows}
+  return g
+
+
+def split_only(arg: str | None) -> tuple[str, str]:
+  """`(only, the rest)` of a grid argument such as `tokens=N,only=mlm`."""
+  args = common.parse_arg(arg)
+  only = args.pop("only", "")
+  return only, ",".join(f"{k}={v}" for k, v in args.items())
+
+
 def get_config(arg: str | None = None):
-  """The demo grid; `arg` may set `tokens=N`, `ft_steps=N` or `k=N`."""
-  return grid(CELLS, **parse(arg))
+  """The demo grid; `arg` may set `tokens=N`, `ft_steps=N`, `k=N`, and
+  `only=NAME+NAME...` to run just those cells (with their random inits),
+  e.g. `tokens=7700000,only=mlm`."""
+  only, rest = split_only(arg)
+  return select(grid(CELLS, **parse(rest)), only)

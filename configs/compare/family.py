@@ -13,7 +13,6 @@ row's memory of the step before, as its paper trains it.
 """
 
 import objectives
-from configs import common
 from configs.compare import demo
 
 PREFERRED = {
@@ -66,19 +65,10 @@ def get_config(arg: str | None = None):
   """The grid; `arg` takes the demo's `tokens=N`, `ft_steps=N` and `k=N`,
   and `only=NAME+NAME...` to run just those cells (and their families'
   random-init rows), e.g. `only=plm+clm_memory+clm`."""
-  args = common.parse_arg(arg)
-  only = [n for n in args.pop("only", "").split("+") if n]
+  only, rest = demo.split_only(arg)
   aliases = objectives.aliases()  # e.g. "t5" is t5_span: one cell
   cells = [(name, name, family_of(name), "") for name in objectives.names()
            if name not in aliases and name not in TEACHER_SCHEMES]
-  g = demo.grid(cells, **demo.parse(
-      ",".join(f"{k}={v}" for k, v in args.items())))
+  g = demo.grid(cells, **demo.parse(rest))
   g.cells = list(g.cells) + [dict(c) for c in EXTRA]
-  if only:
-    known = [c["name"] for c in g.cells]
-    unknown = sorted(set(only) - set(known))
-    if unknown:
-      raise ValueError(f"only= names cells {unknown} the family grid lacks; "
-                       f"its cells: {known}")
-    g.cells = [c for c in g.cells if c["name"] in only]
-  return g
+  return demo.select(g, only)

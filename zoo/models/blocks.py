@@ -76,6 +76,7 @@ class BlockConfig:
   adapter_dim: int = 0  # >0: bottleneck adapters after attention and MLP
   dtype: str = "float32"  # compute dtype name
   attention_impl: str = "auto"  # see layers.attention
+  fan_in_init: bool = False  # T5's kernels (layers.fan_in_init); else N(0, .02)
 
 
 class Block(nn.Module):
@@ -101,7 +102,7 @@ class Block(nn.Module):
     return layers.MultiHeadAttention(
         c.num_heads, c.head_dim, dtype=c.dtype, use_bias=c.use_bias,
         scale=c.attention_scale, dropout_rate=c.attention_dropout_rate,
-        impl=c.attention_impl, name=name)
+        impl=c.attention_impl, fan_in=c.fan_in_init, name=name)
 
   @nn.compact
   def __call__(self, x: Array, mask: Array | None = None,
@@ -138,7 +139,7 @@ class Block(nn.Module):
           "cross_attention", "adapter_cross_attention", deterministic)
     mlp = layers.Mlp(c.mlp_dim, c.activation, use_bias=c.use_bias,
                      dropout_rate=c.mlp_dropout_rate, dtype=c.dtype,
-                     name="mlp")
+                     fan_in=c.fan_in_init, name="mlp")
     return self._sublayer(x, lambda h: mlp(h, deterministic), "mlp",
                           "adapter_mlp", deterministic)
 

@@ -18,6 +18,7 @@ Masks are boolean, True where a query may attend to a key, shaped [B, T, S]
 The transformer stacks live in `zoo.models.blocks`.
 """
 
+import math
 from typing import Any, Callable
 
 import flax.linen as nn
@@ -46,6 +47,15 @@ Initializer = Callable[..., Array]
 _MASK_VALUE = -1e9
 
 default_init = nn.initializers.normal(stddev=0.02)
+
+
+def fan_in_init(in_dims: int = 1, scale: float = 1.0) -> Initializer:
+  """N(0, scale / fan_in) for a kernel whose first `in_dims` axes are its
+  input (Mesh TensorFlow's and T5's variance scaling, "fan_in", normal)."""
+  def init(key, shape, dtype=jnp.float32):
+    fan_in = math.prod(shape[:in_dims])
+    return jax.random.normal(key, shape, dtype) * (scale / fan_in) ** 0.5
+  return init
 
 
 def compute_dtype(name: str) -> jnp.dtype:
@@ -186,16 +196,18 @@ class RelativePositionBias(nn.Module):
     num_buckets: buckets of `relative_position_bucket`.
     max_distance: see `relative_position_bucket`.
     bidirectional: True for encoders, False for causal decoders.
+    embedding_init: initializer of the [buckets, N] table.
   """
   num_heads: int
   num_buckets: int = 32
   max_distance: int = 128
   bidirectional: bool = True
+  embedding_init: Initializer = default_init
 
   @nn.compact
   def __call__(self, q_positions: Array, k_positions: Array) -> Array:
     """q_positions [B, T], k_positions [B, S] int -> bias [B, N, T, S] f32."""
-    table = param_with_axes(self, "rel_embedding", default_init,
+    table = param_with_axes(self, "rel_embedding", self.embedding_init,
                             (self.num_buckets, self.num_heads),
                             ("relpos_buckets", "heads"))
     relative = k_positions[:, None, :] - q_positions[:, :, None]
@@ -330,6 +342,9 @@ class MultiHeadAttention(nn.Module):
     dropout_rate: dropout on the attention probabilities.
     impl: see `attention`.
     out_features: D of the output; None = D of the query input.
+    kernel_init: initializer of the four kernels (unless `fan_in`).
+    fan_in: T5's init instead: every kernel N(0, 1/fan_in), the query's
+      further scaled by 1/H (its logits then have unit scale unscaled).
   """
   num_heads: int
   head_dim: int
@@ -340,6 +355,10 @@ class MultiHeadAttention(nn.Module):
   impl: str = "auto"
   out_features: int | None = None
   kernel_init: Initializer = default_init
+  fan_in: bool = False
+
+  def _init(self, in_dims: int, scale: float = 1.0) -> Initializer:
+    return fan_in_init(in_dims, scale) if self.fan_in else self.kernel_init
 
   @nn.compact
   def __call__(self, x: Array, kv: Array | None = None, *,
@@ -347,11 +366,12 @@ class MultiHeadAttention(nn.Module):
                deterministic: bool = True) -> Array:
     """x [B, T, D], kv [B, S, D] (None = self) -> [B, T, D] float32."""
     kv = x if kv is None else kv
-    proj = lambda name: Dense(  # pylint: disable=g-long-lambda
+    proj = lambda name, scale=1.0: Dense(  # pylint: disable=g-long-lambda
         (self.num_heads, self.head_dim), ("embed", "heads", "kv"),
         use_bias=self.use_bias, dtype=self.dtype,
-        kernel_init=self.kernel_init, name=name)
-    q, k, v = proj("query")(x), proj("key")(kv), proj("value")(kv)
+        kernel_init=self._init(1, scale), name=name)
+    q = proj("query", 1 / self.head_dim)(x)
+    k, v = proj("key")(kv), proj("value")(kv)
     if self.is_mutable_collection("intermediates"):
       # Only when the caller asks (`apply(..., mutable="intermediates")`):
       # attention distillation reads every layer's scores.
@@ -364,7 +384,7 @@ class MultiHeadAttention(nn.Module):
                     dtype=self.dtype, impl=self.impl, dropout=dropout)
     return Dense(self.out_features or x.shape[-1], ("heads", "kv", "embed"),
                  in_dims=2, use_bias=self.use_bias, dtype=self.dtype,
-                 kernel_init=self.kernel_init, name="out")(out)
+                 kernel_init=self._init(2), name="out")(out)
 
 
 # ------------------------------------------------------------ mlp, norms ---
@@ -398,6 +418,8 @@ class Mlp(nn.Module):
     use_bias: biases on both projections.
     dropout_rate: dropout on the hidden [.., F] activations (T5 style).
     dtype: compute dtype name.
+    kernel_init: initializer of the kernels (unless `fan_in`).
+    fan_in: T5's init instead: each kernel N(0, 1/fan_in).
   """
   mlp_dim: int
   activation: str = "gelu"
@@ -405,6 +427,7 @@ class Mlp(nn.Module):
   dropout_rate: float = 0.0
   dtype: str = "float32"
   kernel_init: Initializer = default_init
+  fan_in: bool = False
 
   @nn.compact
   def __call__(self, x: Array, deterministic: bool = True) -> Array:
@@ -412,7 +435,8 @@ class Mlp(nn.Module):
     act = activation_fn(self.activation)
     dense = lambda f, axes, name: Dense(  # pylint: disable=g-long-lambda
         f, axes, use_bias=self.use_bias, dtype=self.dtype,
-        kernel_init=self.kernel_init, name=name)
+        kernel_init=fan_in_init() if self.fan_in else self.kernel_init,
+        name=name)
     if self.activation.startswith("gated_"):
       # Each branch's gradient feeds its kernel's and the input's matmul;
       # materialised once, it is not recomputed (activation derivative

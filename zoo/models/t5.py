@@ -52,6 +52,7 @@ class Config:
   tie_embeddings: bool = False  # LM head = token table transposed
   scale_logits: bool = False  # scale decoder states by D**-0.5 (orig. T5)
   encoder_only: bool = False  # no decoder; the encoder face
+  init: str = "mesh_tf"  # "mesh_tf" (T5's) or "normal" (N(0, 0.02)), see INITS
   attention_impl: str = "auto"  # see layers.attention
 
   def block(self, decoder: bool) -> blocks.BlockConfig:
@@ -64,8 +65,20 @@ class Config:
         dropout_rate=self.dropout_rate,
         attention_dropout_rate=self.dropout_rate,
         mlp_dropout_rate=self.dropout_rate, adapter_dim=self.adapter_dim,
-        dtype=self.dtype, attention_impl=self.attention_impl)
+        dtype=self.dtype, attention_impl=self.attention_impl,
+        fan_in_init=self.init == "mesh_tf")
 
+
+# Initialisations. "mesh_tf" is T5's (Mesh TensorFlow's, which Hugging
+# Face's `T5PreTrainedModel._init_weights` reproduces): every kernel
+# N(0, 1/fan_in), the attention query's N(0, 1/(D*H)) (so that unscaled
+# logits start at unit scale), the relative bias table N(0, 1/D), token
+# embeddings N(0, 1); an untied LM head is a fan-in kernel, N(0, 1/D), as
+# in Mesh TF and T5X (Hugging Face draws it N(0, 1)). "normal": BERT's
+# N(0, 0.02) for every kernel and bias table (token embeddings stay
+# N(0, 1)); with it the tiny T5 is slower to learn to read its encoder
+# (`bench/encoder_use.py --toy --init normal`).
+INITS = ("mesh_tf", "normal")
 
 # T5 v1.1 sizes (the released t5-v1_1 checkpoints); tiny is for tests.
 SIZES = {
@@ -83,6 +96,13 @@ SIZES = {
 def interface(config: Config) -> str:
   """"encoder" for an encoder-only config, else "encdec"."""
   return "encoder" if config.encoder_only else INTERFACE
+
+
+def _init(config: Config, fan_in: int):
+  """A table's or kernel's initializer: N(0, 1/fan_in) under "mesh_tf"."""
+  if config.init == "mesh_tf":
+    return nn.initializers.normal(fan_in ** -0.5)
+  return layers.default_init
 
 
 class Stack(nn.Module):
@@ -107,7 +127,8 @@ class Stack(nn.Module):
     c = self.config
     bias = layers.RelativePositionBias(
         c.num_heads, c.relpos_buckets, c.relpos_max_distance,
-        bidirectional=not self.decoder, name="relpos")(positions, positions)
+        bidirectional=not self.decoder, embedding_init=_init(c, c.embed_dim),
+        name="relpos")(positions, positions)
     drop = layers.Dropout(c.dropout_rate)
     x = drop(x, deterministic=deterministic)
     n = (c.num_decoder_layers or c.num_layers) if self.decoder else c.num_layers
@@ -135,9 +156,12 @@ class Model(seq2seq.EncoderDecoder):
     self.encoder = Stack(c, decoder=False)
     if not c.encoder_only:
       self.decoder = Stack(c, decoder=True)
+    if c.init not in INITS:
+      raise ValueError(f"t5 init {c.init!r} is not one of {INITS}")
     if not c.tie_embeddings:
       self.lm_head = layers.Dense(c.vocab_size, ("embed", "vocab"),
-                                  use_bias=False, dtype=c.dtype)
+                                  use_bias=False, dtype=c.dtype,
+                                  kernel_init=_init(c, c.embed_dim))
 
   def __call__(self, tokens: Array, dec_tokens: Array | None = None, **kw):
     """`encdec` (enc_tokens, dec_tokens, ...) or, encoder-only, `encoder`.
