@@ -24,12 +24,14 @@ def _env(cache: str) -> dict:
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
-  """A finished smoke grid: its workdir, a checkpoint and the env to use."""
+  """A finished smoke grid of the MLM row (and its random init): its
+  workdir, a checkpoint and the env to use."""
   root = tmp_path_factory.mktemp("nb")
   workdir, env = str(root / "harness"), _env(str(root / "jax_cache"))
   proc = subprocess.run(
       [sys.executable, "-m", "zoo.compare", "--config",
-       os.path.join(REPO, "configs/compare/smoke.py"), "--workdir", workdir],
+       os.path.join(REPO, "configs/compare/smoke.py:only=mlm"),
+       "--workdir", workdir],
       cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stderr[-3000:]
   env.update(ZOO_HARNESS=workdir, ZOO_TASK="trec", ZOO_FT_STEPS="12",

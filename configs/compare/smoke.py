@@ -1,6 +1,7 @@
 """A two-family, one-task grid that runs end to end in a minute (tests).
 
     python -m zoo.compare --config configs/compare/smoke.py --workdir DIR
+    python -m zoo.compare --config configs/compare/smoke.py:only=mlm ...
 """
 
 from configs.compare import demo
@@ -8,8 +9,11 @@ from configs.compare import demo
 
 def get_config(arg: str | None = None):
   """MLM-pre-trained BERT and CLM-pre-trained GPT-2 beside their random-init
-  rows, on TREC, 2 few-shot sets; every view, tiny budgets."""
-  del arg
+  rows, on TREC, 2 few-shot sets; every view, tiny budgets. `arg` may be
+  `only=mlm` or `only=clm` (one cell and its random init)."""
+  only, rest = demo.split_only(arg)
+  if rest:
+    raise ValueError(f"the smoke grid takes only= alone; got {rest!r}")
   g = demo.grid((("mlm", "mlm", "bert", ""), ("clm", "clm", "gpt2", "")),
                 tasks=("trec",), seeds=(0, 1), budget=8 * 8 * 64,
                 ft_steps=6, k=4)
@@ -22,4 +26,4 @@ def get_config(arg: str | None = None):
   g.minimal_pairs.n = 40
   g.probe.max_len = 32
   g.few_shot.max_len = 32
-  return g
+  return demo.select(g, only)
