@@ -210,7 +210,7 @@ def test_encdec_generates_text_scored_by_rouge(tok):
     return out
   task = _task("copy", "seq2seq", "rouge", [], copy)
   metrics, state = _run(tok, task, "t5", None, "full", steps=60, lr=1e-2,
-                        splits=("validation",),
+                        max_target_len=6, splits=("validation",),
                         config=_config(tok, "t5", dropout_rate=0.0))
   assert np.mean(state.losses[:5]) - np.mean(state.losses[-5:]) > 3
   lengths = {"inputs": 16, "targets": 6}  # 3 words: 5 pieces and eos

@@ -113,7 +113,7 @@ def select(g: ml_collections.ConfigDict, only: str
       raise ValueError(f"only= names cells {unknown} the grid lacks; its "
                        f"cells: {known}")
     g.cells = [c for c in g.cells if c["name"] in names]
-    rows = {c["t5_row"] for c in g.cells}
+    rows = {c.get("t5_row", "") for c in g.cells}
     g.published = {k: v for k, v in g.published.items() if k in rows}
   return g
 
