@@ -60,11 +60,10 @@ def from_workdir(path: str, batches: int) -> dict:
   obj = train_lib.build_objective(m.run_config,
                                   train_lib.specials_of(m.run_config, loader),
                                   loader.tokenizer)
-  if "enc" not in obj.corrupt(common.as_batch(train_lib.example_batch(
-      LENGTH, 2)), jax.random.PRNGKey(0)):
-    raise ValueError(f"{path}: scheme {m.run_config.objective!r} has no "
-                     "encoder input to roll (an encoder-decoder scheme is "
-                     "needed)")
+  if obj.interface != "encdec":
+    raise ValueError(f"{path}: {obj.family} under {obj.name!r} is "
+                     f"{obj.interface!r}; only an encoder-decoder has an "
+                     "encoder input to roll")
   params = {"model": m.params}
   runs = [losses(obj, params, next(loader), jax.random.PRNGKey(i))
           for i in range(batches)]

@@ -18,7 +18,6 @@ Masks are boolean, True where a query may attend to a key, shaped [B, T, S]
 The transformer stacks live in `zoo.models.blocks`.
 """
 
-import math
 from typing import Any, Callable
 
 import flax.linen as nn
@@ -36,106 +35,18 @@ from zoo.models.barrier import grad_barrier
 # Position codes and T5's relative buckets (pure functions).
 from zoo.models.positions import (  # pylint: disable=unused-import
     relative_position_bucket, sinusoidal)
+# The dense layer, initializers and compute dtypes every module builds on.
+from zoo.models.dense import (  # pylint: disable=unused-import
+    Dense, Initializer, compute_dtype, default_init, einsum, fan_in_init,
+    matmul_precision, param_with_axes)
 from zoo.models import masks as masks_lib
 from zoo.models import splash
 
 Array = jax.Array
-Initializer = Callable[..., Array]
 
 # Finite stand-in for -inf: a fully masked row (a padding query) then gets a
 # uniform, finite distribution instead of NaN.
 _MASK_VALUE = -1e9
-
-default_init = nn.initializers.normal(stddev=0.02)
-
-
-def fan_in_init(in_dims: int = 1, scale: float = 1.0) -> Initializer:
-  """N(0, scale / fan_in) for a kernel whose first `in_dims` axes are its
-  input (Mesh TensorFlow's and T5's variance scaling, "fan_in", normal)."""
-  def init(key, shape, dtype=jnp.float32):
-    fan_in = math.prod(shape[:in_dims])
-    return jax.random.normal(key, shape, dtype) * (scale / fan_in) ** 0.5
-  return init
-
-
-def compute_dtype(name: str) -> jnp.dtype:
-  """The jnp dtype of a config's `dtype` name ("float32" | "bfloat16")."""
-  if name not in ("float32", "bfloat16"):
-    raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {name!r}")
-  return jnp.dtype(name)
-
-
-def matmul_precision(dtype: jnp.dtype) -> dict:
-  """Keyword args for `jnp.einsum`/`lax.dot_general` in a compute dtype.
-
-  float32 asks for full precision so parity holds on accelerators whose
-  default f32 matmul is reduced; bfloat16 accumulates in float32.
-  """
-  if dtype == jnp.bfloat16:
-    return {"preferred_element_type": jnp.float32}
-  return {"precision": jax.lax.Precision.HIGHEST}
-
-
-def einsum(spec: str, x: Array, y: Array, dtype: jnp.dtype) -> Array:
-  """`jnp.einsum(spec, x, y)` with inputs in `dtype`, float32 result."""
-  out = jnp.einsum(spec, x.astype(dtype), y.astype(dtype),
-                   **matmul_precision(dtype))
-  return out.astype(jnp.float32)
-
-
-def param_with_axes(module: nn.Module, name: str, init: Initializer,
-                    shape: tuple[int, ...], axes: tuple[str, ...]) -> Array:
-  """A float32 param whose boxed value carries logical axis names."""
-  if len(shape) != len(axes):
-    raise ValueError(f"param {name!r}: shape {shape} vs axes {axes}")
-  return module.param(name, nn.with_logical_partitioning(init, axes), shape,
-                      jnp.float32)
-
-
-# ----------------------------------------------------------------- dense ---
-
-
-class Dense(nn.Module):
-  """Einsum-style dense layer over trailing input axes, with logical axes.
-
-  `y[..., out] = sum_in x[..., in] w[in, out] + b[out]`; `in_dims` trailing
-  axes of x are contracted (1 for D, 2 for [N, H]).
-
-  Attributes:
-    features: output shape (int or tuple), e.g. D or (N, H).
-    axes: logical names of the kernel, input axes first then output axes.
-    in_dims: how many trailing axes of x the kernel contracts.
-    use_bias: whether to add a bias shaped like `features`.
-    dtype: compute dtype name.
-    kernel_init: initializer of the kernel.
-  """
-  features: int | tuple[int, ...]
-  axes: tuple[str, ...]
-  in_dims: int = 1
-  use_bias: bool = True
-  dtype: str = "float32"
-  kernel_init: Initializer = default_init
-
-  @nn.compact
-  def __call__(self, x: Array) -> Array:
-    """x [..., *in] -> [..., *features] float32."""
-    features = ((self.features,) if isinstance(self.features, int)
-                else tuple(self.features))
-    in_shape = x.shape[x.ndim - self.in_dims:]
-    kernel = param_with_axes(self, "kernel", self.kernel_init,
-                             in_shape + features, self.axes)
-    dtype = compute_dtype(self.dtype)
-    contract = (tuple(range(x.ndim - self.in_dims, x.ndim)),
-                tuple(range(self.in_dims)))
-    y = jax.lax.dot_general(x.astype(dtype), kernel.astype(dtype),
-                            (contract, ((), ())), **matmul_precision(dtype))
-    y = y.astype(jnp.float32)
-    if self.use_bias:
-      out_axes = self.axes[self.in_dims:]
-      y = y + param_with_axes(self, "bias", nn.initializers.zeros, features,
-                              out_axes)
-    return y
-
 
 # ------------------------------------------------------------ embeddings ---
 

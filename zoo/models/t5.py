@@ -98,10 +98,10 @@ def interface(config: Config) -> str:
   return "encoder" if config.encoder_only else INTERFACE
 
 
-def _init(config: Config, fan_in: int):
-  """A table's or kernel's initializer: N(0, 1/fan_in) under "mesh_tf"."""
+def _relpos_init(config: Config):
+  """The relative bias table's initializer: N(0, 1/D) under "mesh_tf"."""
   if config.init == "mesh_tf":
-    return nn.initializers.normal(fan_in ** -0.5)
+    return nn.initializers.normal(config.embed_dim ** -0.5)
   return layers.default_init
 
 
@@ -127,7 +127,7 @@ class Stack(nn.Module):
     c = self.config
     bias = layers.RelativePositionBias(
         c.num_heads, c.relpos_buckets, c.relpos_max_distance,
-        bidirectional=not self.decoder, embedding_init=_init(c, c.embed_dim),
+        bidirectional=not self.decoder, embedding_init=_relpos_init(c),
         name="relpos")(positions, positions)
     drop = layers.Dropout(c.dropout_rate)
     x = drop(x, deterministic=deterministic)
@@ -161,7 +161,9 @@ class Model(seq2seq.EncoderDecoder):
     if not c.tie_embeddings:
       self.lm_head = layers.Dense(c.vocab_size, ("embed", "vocab"),
                                   use_bias=False, dtype=c.dtype,
-                                  kernel_init=_init(c, c.embed_dim))
+                                  kernel_init=layers.fan_in_init()
+                                  if c.init == "mesh_tf"
+                                  else layers.default_init)
 
   def __call__(self, tokens: Array, dec_tokens: Array | None = None, **kw):
     """`encdec` (enc_tokens, dec_tokens, ...) or, encoder-only, `encoder`.
