@@ -170,6 +170,17 @@ def aliases() -> dict[str, str]:
   return dict(ALIASES)
 
 
+def scoring_of(name: str) -> str | None:
+  """How `zoo.scoring` reads an encoder-decoder pre-trained by scheme
+  `name` (or an alias): its `scoring` (one of
+  `zoo.scoring.ENCDEC_METHODS`), or None for the family's default."""
+  _load_all()
+  scheme = _REGISTRY.get(ALIASES.get(name, name))
+  if scheme is None:
+    raise ValueError(f"unknown objective {name!r}; registered: {names()}")
+  return getattr(scheme, "scoring", None)
+
+
 def build(name: str, model: str, size: str, specials: Specials,
           **options) -> Objective:
   """Binds scheme `name` (or an alias) to a model family and size."""

@@ -95,6 +95,7 @@ class Denoiser(common.Scheme):
   noise = None
   inputs = None
   targets = None
+  scoring = None  # how `zoo.scoring` reads the model; None: family default
 
   def corrupt(self, batch, rng):
     """The batch with `mask` [B, L] and the `enc` and `dec` streams."""
@@ -114,11 +115,15 @@ class Denoiser(common.Scheme):
     return {"lm": decoder_sums(outputs, inputs["dec"])}
 
 
-def denoiser(name, noise, inputs, targets, doc="", **defaults):
+def denoiser(name, noise, inputs, targets, doc="", scoring=None,
+             **defaults):
   """Registers scheme `name`: `noise`, `inputs`, `targets` and the option
-  defaults (`target_length` 0, the budget, is added). Returns its class."""
+  defaults (`target_length` 0, the budget, is added); `scoring` names how
+  `zoo.scoring` reads a sentence in this scheme's format (None: the
+  family's default). Returns its class."""
   cls = type(name, (Denoiser,), {
       "name": name, "__doc__": doc or f"The {name} denoising scheme.",
+      "scoring": scoring,
       # The defining module, as `collections.namedtuple` finds it.
       "__module__": sys._getframe(1).f_globals.get("__name__", __name__),  # pylint: disable=protected-access
       "noise": staticmethod(noise), "inputs": staticmethod(inputs),

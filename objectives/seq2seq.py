@@ -55,6 +55,7 @@ class Bart(encdec.Denoiser):
   cannot say, so this scheme writes its own `corrupt`.
   """
   name = "bart"
+  scoring = "infill"
   defaults = {
       "noises": ("infill", "permute"),  # any of BART_NOISES
       "rate": 0.3,                      # pieces masked, deleted or infilled

@@ -17,6 +17,11 @@ function, an inputs function and a targets function (`objectives.encdec`):
 - `t5_prefix_lm`: each document split at a random point; the prefix in,
   the suffix out (Table 4).
 
+Each scheme names how `zoo.scoring` reads a sentence in its format (the
+minimal-pairs view): span formats by sentinel, the BERT- and MASS-style
+rows by infilling the original row, dropped pieces, prefix and
+deshuffling each by their own.
+
 `t5` names the paper's choice, span corruption. Inputs keep the row's
 static length; targets get `target_length` (0: the targets function's
 budget, which fits nearly every row; overflow is cut).
@@ -136,10 +141,14 @@ SPAN = encdec.denoiser("t5_span", span_noise, sentinel_inputs,
 encdec.denoiser("t5_iid", iid_noise, sentinel_inputs, sentinel_targets,
                 density=0.15)
 encdec.denoiser("t5_bert", iid_noise, replaced_inputs, original_targets,
-                density=0.15, mask_rate=0.9, random_rate=0.1)
+                scoring="infill", density=0.15, mask_rate=0.9,
+                random_rate=0.1)
 encdec.denoiser("t5_mass", iid_noise, replaced_inputs, original_targets,
-                density=0.15, mask_rate=1.0, random_rate=0.0)
+                scoring="infill", density=0.15, mask_rate=1.0,
+                random_rate=0.0)
 encdec.denoiser("t5_drop", iid_noise, dropped_inputs, noise_targets,
-                density=0.15)
-encdec.denoiser("t5_deshuffle", no_noise, shuffled_inputs, original_targets)
-encdec.denoiser("t5_prefix_lm", suffix_noise, dropped_inputs, suffix_targets)
+                scoring="dropped", density=0.15)
+encdec.denoiser("t5_deshuffle", no_noise, shuffled_inputs, original_targets,
+                scoring="deshuffle")
+encdec.denoiser("t5_prefix_lm", suffix_noise, dropped_inputs, suffix_targets,
+                scoring="prefix")

@@ -168,11 +168,17 @@ def permute_sentences(rng, batch, specials):
   return _gather(batch, _sort_within_docs(doc, key))
 
 
-def shuffle_tokens(rng, batch, specials):
-  """T5 deshuffling input: pieces shuffled within each document (EOS last)."""
+def shuffle_tokens(rng, batch, specials, keys=None):
+  """T5 deshuffling input: pieces shuffled within each document (EOS last).
+
+  `keys` [B, L] floats in [0, 1), when given, order the pieces instead of
+  uniform draws from `rng` (scoring's fixed shuffle).
+  """
   tokens, doc = batch["tokens"], batch["doc_ids"]
   ok = (doc > 0) & (tokens != specials.eos)
-  key = jnp.where(ok, jax.random.uniform(rng, tokens.shape), 2.0)
+  if keys is None:
+    keys = jax.random.uniform(rng, tokens.shape)
+  key = jnp.where(ok, keys, 2.0)
   return _gather(batch, _sort_within_docs(doc, key))
 
 

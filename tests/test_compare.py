@@ -371,3 +371,11 @@ def test_demo_grid_runs_one_row_at_another_budget():
   assert grid.cells[0]["model_args"] == {"trigram_input": True}
   with pytest.raises(ValueError, match=r"only= names cells \['t5'\] the"):
     demo.get_config("only=t5")
+
+
+def test_t5_tables_grid_runs_chosen_rows_with_their_published_figures():
+  grid = t5_tables.get_config("only=bert_style+deshuffling,tokens=1000000")
+  names = [c.name for c in cells.parse_cells(grid)]
+  assert names == ["bert_style", "deshuffling", "random_t5"]
+  assert set(grid.published) == {"table4/bert_style", "table4/deshuffling"}
+  assert grid.budget_tokens == 1_000_000

@@ -24,7 +24,7 @@ from zoo import loading, models, scoring, train
 SPECIALS = objectives.Specials(vocab_size=512)
 FAMILIES = ("bert", "roberta", "albert", "distilbert", "unilm", "gpt2", "t5",
             "bart", "electra", "elmo")
-METHODS = {"gpt2": "causal", "t5": "sentinel", "bart": "sentinel",
+METHODS = {"gpt2": "causal", "t5": "sentinel", "bart": "infill",
            "electra": "discriminator", "elmo": "bidirectional_lm"}
 
 
@@ -63,6 +63,23 @@ def _log_softmax(logits) -> np.ndarray:
 def test_method_names(family):
   config = models.make_config(family, "tiny")
   assert scoring.method(family, config) == METHODS.get(family, "pll")
+
+
+def test_encoder_decoders_are_read_as_their_scheme_corrupts():
+  config = models.make_config("t5", "tiny")
+  want = {"t5": "sentinel", "t5_span": "sentinel", "t5_iid": "sentinel",
+          "t5_bert": "infill", "t5_mass": "infill", "t5_drop": "dropped",
+          "t5_prefix_lm": "prefix", "t5_deshuffle": "deshuffle",
+          "bart": "infill", None: "sentinel", "none": "sentinel"}
+  for objective, how in want.items():
+    assert scoring.method("t5", config, objective) == how, objective
+  assert scoring.method("bart", models.make_config("bart", "tiny"),
+                        "t5_drop") == "dropped"
+  with pytest.raises(ValueError, match="t5_nope"):
+    scoring.method("t5", config, "t5_nope")
+  # An encoder is read by PLL whatever its scheme.
+  assert scoring.method("bert", models.make_config("bert", "tiny"),
+                        "t5_drop") == "pll"
 
 
 def test_mlm_variants_of_other_families_use_pll():
@@ -120,13 +137,21 @@ def _t5_reference(model, params, row) -> float:
   return total
 
 
-def _bart_reference(model, config, params, row) -> float:
+def _logp(model, params, enc, dec_in, targets) -> float:
+  """Teacher-forced sum of log p(targets) of one row (no padding)."""
+  logits = model.apply({"params": params}, jnp.asarray([enc]),
+                       jnp.asarray([dec_in]))["logits"][0]
+  lp = _log_softmax(logits)
+  return float(sum(lp[i, x] for i, x in enumerate(targets)))
+
+
+def _infill_reference(model, config, params, row) -> float:
   """Sum over t of log p(x_t) with x_t masked, the original row decoded."""
   doc = jnp.asarray((row != 0).astype(np.int32)[None])
   dec = encdec.original({"tokens": jnp.asarray(row[None]),
-                               "doc_ids": doc}, len(row))
+                         "doc_ids": doc}, len(row))
   dec_in = common.shift_right(dec["tokens"], dec["segment_ids"],
-                              config.decoder_start_id)
+                              encdec.decoder_start(config))
   total = 0.0
   for t in _ordinary(row):
     masked = row.copy()
@@ -137,6 +162,64 @@ def _bart_reference(model, config, params, row) -> float:
   return total
 
 
+def _dropped_reference(model, config, params, row) -> float:
+  """Sum over t of log p(x_t | start) with x_t deleted from the input."""
+  real, start = row[row != 0], encdec.decoder_start(config)
+  return sum(_logp(model, params, np.delete(real, t), [start], [real[t]])
+             for t in _ordinary(row))
+
+
+def _prefix_reference(model, config, params, row) -> float:
+  """log p(x_1 .. EOS | x_0 EOS), teacher-forced."""
+  real, start = row[row != 0], encdec.decoder_start(config)
+  return _logp(model, params, [real[0], SPECIALS.eos],
+               [start, *real[1:-1]], real[1:])
+
+
+def _deshuffle_reference(model, config, params, row) -> float:
+  """log p(row | its fixed shuffle), the shuffle made of the row alone."""
+  real, start = row[row != 0], encdec.decoder_start(config)
+  shuffled = np.asarray(scoring.fixed_shuffle(
+      {"tokens": jnp.asarray(real[None]),
+       "doc_ids": jnp.ones((1, len(real)), jnp.int32)}, SPECIALS)["tokens"][0])
+  assert shuffled[-1] == SPECIALS.eos
+  assert sorted(shuffled[:-1]) == sorted(real[:-1])
+  return _logp(model, params, shuffled, [start, *real[:-1]], real)
+
+
+REFERENCES = {"infill": _infill_reference, "dropped": _dropped_reference,
+              "prefix": _prefix_reference, "deshuffle": _deshuffle_reference}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("objective", ["t5_bert", "t5_drop", "t5_prefix_lm",
+                                       "t5_deshuffle"])
+def test_t5_scores_equal_their_schemes_formats(objective):
+  tokens = _tokens()
+  config, model, params = _setup("t5")
+  reference = REFERENCES[scoring.method("t5", config, objective)]
+  want = [reference(model, config, params, row) for row in tokens]
+  got = scoring.score("t5", config, params, tokens, SPECIALS, objective)
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+def test_deshuffle_moves_the_pieces_of_equal_length_rows_alike():
+  rows = np.array([[11, 12, 13, 14, 15, 16, SPECIALS.eos, 0],
+                   [11, 12, 13, 99, 15, 16, SPECIALS.eos, 0],
+                   [21, 22, 23, 24, 25, 26, SPECIALS.eos, 0]], np.int32)
+  batch = {"tokens": jnp.asarray(rows),
+           "doc_ids": jnp.asarray((rows != 0).astype(np.int32))}
+  got = np.asarray(scoring.fixed_shuffle(batch, SPECIALS)["tokens"])
+  assert (got[:, 6:] == rows[:, 6:]).all()  # EOS last, padding kept
+  assert not (got[0] == rows[0]).all()  # a real shuffle
+  assert (got[0] != got[1]).sum() == 1  # the pair differs in one place
+  np.testing.assert_array_equal(got[2, :6] - 10, got[0, :6])  # same order
+  # A row's order does not depend on its padding.
+  alone = scoring.fixed_shuffle({k: v[:1, :7] for k, v in batch.items()},
+                                SPECIALS)["tokens"]
+  np.testing.assert_array_equal(np.asarray(alone)[0], got[0, :7])
+
+
 @pytest.mark.slow
 def test_sentinel_scoring_equals_the_objectives_formats():
   tokens = _tokens()
@@ -145,7 +228,7 @@ def test_sentinel_scoring_equals_the_objectives_formats():
   np.testing.assert_allclose(_score("t5", config, params, tokens), want,
                              rtol=0, atol=1e-5)
   config, model, params = _setup("bart")
-  want = [_bart_reference(model, config, params, row) for row in tokens]
+  want = [_infill_reference(model, config, params, row) for row in tokens]
   np.testing.assert_allclose(_score("bart", config, params, tokens), want,
                              rtol=0, atol=1e-5)
 
@@ -181,14 +264,21 @@ def test_electra_scores_every_piece_as_original():
   assert (got < 0).all()
 
 
-@pytest.mark.parametrize("family,overrides", [(f, {}) for f in FAMILIES] + [
-    ("t5", {"encoder_only": True}), ("electra", {"role": "generator"})])
+@pytest.mark.parametrize("family,overrides,objective", [
+    (f, {}, None) for f in FAMILIES] + [
+        ("t5", {"encoder_only": True}, None),
+        ("electra", {"role": "generator"}, None),
+        ("t5", {}, "t5_drop"), ("t5", {}, "t5_prefix_lm"),
+        ("t5", {}, "t5_deshuffle")])
 @pytest.mark.slow
-def test_a_score_does_not_depend_on_padding_or_batch(family, overrides):
+def test_a_score_does_not_depend_on_padding_or_batch(family, overrides,
+                                                      objective):
   config, _, params = _setup(family, **overrides)
   tokens = _tokens()
-  alone = _score(family, config, params, tokens[:1, :4])
-  together = _score(family, config, params, tokens)
+  alone = scoring.score(family, config, params, tokens[:1, :4], SPECIALS,
+                        objective)
+  together = scoring.score(family, config, params, tokens, SPECIALS,
+                           objective)
   assert together.shape == (2,) and together.dtype == np.float32
   assert np.isfinite(together).all()
   np.testing.assert_allclose(together[0], alone[0], rtol=0, atol=1e-5)

@@ -53,6 +53,8 @@ class Loaded:
     run_config: the training config of a workdir (None otherwise).
     companions: other networks the scheme trained beside the backbone, name
       -> `(family, config, params)` (ELECTRA's "generator").
+    objective: the pre-training scheme (None if unknown); `score` reads an
+      encoder-decoder in that scheme's format.
   """
   family: str
   config: Any
@@ -62,6 +64,7 @@ class Loaded:
   path: str
   run_config: dict | None = None
   companions: dict[str, tuple] = dataclasses.field(default_factory=dict)
+  objective: str | None = None
 
   @property
   def model(self) -> nn.Module:
@@ -200,7 +203,7 @@ class Loaded:
 
   def score(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
     """float32 [N]: each text's log-likelihood by the family's natural
-    scoring (`zoo.scoring`; `scoring.method(family, config)` names it).
+    scoring (`zoo.scoring`; `self.scoring_method` names it).
 
     Texts are scored `batch_size` at a time, grouped by length; a text's
     score does not depend on the texts batched with it.
@@ -209,7 +212,7 @@ class Loaded:
       ValueError: the family has no natural sentence score.
     """
     texts = list(texts)
-    scoring.method(self.family, self.config)
+    self.scoring_method  # pylint: disable=pointless-statement
     specials = self._tok().specials()
     order = np.argsort([len(t) for t in texts], kind="stable")
     out = np.zeros(len(texts), np.float32)
@@ -217,8 +220,17 @@ class Loaded:
       idx = order[start:start + batch_size]
       tokens = self.batch([texts[i] for i in idx])
       out[idx] = scoring.score(self.family, self.config, self.params, tokens,
-                               specials)
+                               specials, self.objective)
     return out
+
+  @property
+  def scoring_method(self) -> str:
+    """How `score` reads a text (`zoo.scoring.method`).
+
+    Raises:
+      ValueError: the family has no natural sentence score.
+    """
+    return scoring.method(self.family, self.config, self.objective)
 
 
 def _split_masks(text: str) -> list[str]:
@@ -345,7 +357,7 @@ def load_workdir(workdir: str, step: int | None = None) -> Loaded:
   companions = ({"generator": objective.generator(params)}
                 if hasattr(objective, "generator") else {})
   return Loaded(family, model_config, backbone, tokenizer, step, workdir,
-                config.to_dict(), companions)
+                config.to_dict(), companions, config.get("objective") or None)
 
 
 def load_hf(folder: str) -> Loaded:

@@ -16,17 +16,31 @@ what it sums, over the row's real (non-pad) pieces x_0 .. x_{n-1}:
   ELECTRA generator, an encoder-only t5): the pseudo-log-likelihood of
   Salazar et al. 2020, sum_t log p(x_t | the row with x_t replaced by the
   mask id), over the ordinary pieces (not pad, eos, cls, sep, bos, mask).
-- "sentinel" (encoder-decoders), over the ordinary pieces, each x_t masked
-  alone in the encoder input as the family's denoising objective masks a
-  one-piece span:
-  t5: x_t becomes sentinel 0; the decoder is teacher-forced on `t5_span`'s
-  target for that span (`<s0> x_t <s1> eos`, or `<s0> x_t eos` when x_t is
-  the last piece before EOS) after the start id, and the score of t is
-  log p(x_t | start, <s0>) at decoder position 1 (the decoder is causal, so
-  only `start <s0>` is fed; sentinel and EOS log-probs are not counted).
-  bart: x_t becomes the mask id (text infilling of one piece); the decoder
-  is teacher-forced on the whole original row after `decoder_start_id`,
-  and the score of t is log p(x_t | x_<t, encoder) at decoder position t.
+- encoder-decoders, read the way their pre-training scheme corrupted the
+  text (the scheme's `scoring`, `objectives.scoring_of`; a model without a
+  known scheme gets its family's default: t5 "sentinel", bart "infill").
+  Per piece, over the ordinary pieces, each x_t alone corrupted as the
+  scheme corrupts a one-piece noise span:
+  "sentinel" (t5_span, t5_iid): x_t becomes sentinel 0; the decoder is
+  teacher-forced on the scheme's target for that span (`<s0> x_t <s1> eos`,
+  or `<s0> x_t eos` when x_t is the last piece before EOS) after the start
+  id, and the score of t is log p(x_t | start, <s0>) at decoder position 1
+  (the decoder is causal, so only `start <s0>` is fed; sentinel and EOS
+  log-probs are not counted).
+  "infill" (bart, t5_bert, t5_mass): x_t becomes the mask id; the decoder
+  is teacher-forced on the whole original row after the start id, and the
+  score of t is log p(x_t | x_<t, encoder) at decoder position t.
+  "dropped" (t5_drop): x_t is removed from the encoder input; the score of
+  t is log p(x_t | start) at decoder position 0, the first of the scheme's
+  target `x_t eos`.
+  Whole rows, one pass a row, every real target piece counted:
+  "prefix" (t5_prefix_lm): the encoder reads x_0 and EOS (the shortest
+  prefix the scheme splits off); the decoder is teacher-forced on
+  x_1 .. EOS, sum_{t>=1} log p(x_t | x_0, x_1 .. x_{t-1}), as "causal".
+  "deshuffle" (t5_deshuffle): the encoder reads the row's pieces in a fixed
+  pseudo-random order seeded by their count (EOS last), so the two
+  sentences of a minimal pair, of equal length, are shuffled alike; the
+  decoder is teacher-forced on the original row, EOS included.
 - "bidirectional_lm" (elmo): sum_{t>=1} log p_fwd(x_t | x_<t) plus
   sum_{t<n-1} log p_bwd(x_t | x_>t), the pairs `bilm` trains on (the
   forward LM predicts through the EOS, the backward LM from it).
@@ -55,26 +69,36 @@ import jax.numpy as jnp
 import numpy as np
 
 import objectives
+from objectives import encdec
 from objectives import noise
+from objectives import transforms
 from zoo import models
 
 CHUNK_TOKENS = 4096  # pieces per model call (rows x length)
 _BY_INTERFACE = {"decoder": "causal", "encoder": "pll",
-                 "encdec": "sentinel", "lstm": "bidirectional_lm"}
-_ENCDEC = ("t5", "bart")  # encoder-decoders whose infilling format is known
+                 "lstm": "bidirectional_lm"}
+# Encoder-decoders whose corruption formats are known, and their default.
+_ENCDEC = {"t5": "sentinel", "bart": "infill"}
+ENCDEC_METHODS = ("sentinel", "infill", "dropped", "prefix", "deshuffle")
 _WHOLE_ROW = ("causal", "bidirectional_lm", "discriminator",
-              "permutation_l2r")  # one pass a row
+              "permutation_l2r", "prefix", "deshuffle")  # one pass a row
 # Encoder families whose forward takes `logits_at` (the head runs there only).
 _LOGITS_AT = ("bert", "roberta", "albert", "distilbert", "unilm", "electra",
                "longformer", "mobilebert")
 
 
-def method(family: str, config) -> str:
+def method(family: str, config, objective: str | None = None) -> str:
   """The scoring of a family under a config (see the module docstring).
 
+  Args:
+    family: model family name.
+    config: the family's `Config`.
+    objective: the scheme it was pre-trained with (an encoder-decoder is
+      read as its scheme corrupts; None: the family's default).
+
   Returns:
-    "causal", "pll", "sentinel", "bidirectional_lm", "permutation_l2r" or
-    "discriminator".
+    "causal", "pll", "bidirectional_lm", "permutation_l2r",
+    "discriminator", or one of `ENCDEC_METHODS`.
 
   Raises:
     ValueError: the family is unknown or has no natural sentence score.
@@ -87,11 +111,15 @@ def method(family: str, config) -> str:
     return roles[config.role]
   if family == "xlnet":
     return "permutation_l2r"
+  if face == "encdec" and family in _ENCDEC:
+    known = objective not in (None, "", "none")  # "none": random init
+    return (objectives.scoring_of(objective) if known else None) or (
+        _ENCDEC[family])
   how = _BY_INTERFACE.get(face)
-  if how is None or (face == "encdec" and family not in _ENCDEC):
+  if how is None:
     raise ValueError(f"{family} ({face} interface) has no natural sentence "
-                     f"score; scored: decoders, MLM encoders, {_ENCDEC}, "
-                     "token-table elmo, electra")
+                     f"score; scored: decoders, MLM encoders, "
+                     f"{tuple(_ENCDEC)}, token-table elmo, electra")
   if face == "lstm" and getattr(config, "char_cnn", False):
     raise ValueError(f"{family} with char_cnn=True reads character ids, "
                      "which score() is not given; score a token-table ELMo")
@@ -101,7 +129,7 @@ def method(family: str, config) -> str:
 def missing_head(family: str, config, params) -> str | None:
   """Why `params` cannot be scored (a backbone pre-trained without the LM
   head its scoring reads, as Quick-Thought's encoder), or None."""
-  method(family, config)
+  how = method(family, config)
   params = nn.meta.unbox(params)
   row = jnp.full((1, 8), min(7, config.vocab_size - 1), jnp.int32)
   at = jnp.zeros((1,), jnp.int32)
@@ -110,26 +138,28 @@ def missing_head(family: str, config, params) -> str | None:
     jax.eval_shape(lambda p: score_one(family, config, p, row, at, sp),
                    params)
   except flax.errors.ScopeParamNotFoundError as e:
-    return (f"{family} params lack the layer its {method(family, config)} "
-            f"scoring reads ({str(e).split('(')[0].strip()})")
+    return (f"{family} params lack the layer its {how} scoring reads "
+            f"({str(e).split('(')[0].strip()})")
   return None
 
 
-def score_one(family, config, params, rows, at, specials):
-  """float32 [C]: the scores of rows [C,T], whole rows or (for "pll" and
-  "sentinel") the one piece at `at` [C] masked in each."""
-  how = method(family, config)
+def score_one(family, config, params, rows, at, specials, how=None):
+  """float32 [C]: the scores of rows [C,T], whole rows or (per-piece
+  methods) the one piece at `at` [C] corrupted in each; `how` defaults to
+  the family's `method`."""
+  how = how or method(family, config)
   if how == "permutation_l2r":
     return _l2r_scores(family, config, params, rows, specials)
+  if how in ("prefix", "deshuffle"):
+    return _encdec_row_scores(family, config, how, params, rows, specials)
   if how in _WHOLE_ROW:
     return _row_scores(family, config, params, rows)
-  fill = specials.sentinel(0) if family == "t5" and how == "sentinel" else (
-      specials.mask)
-  return _masked_scores(family, config, params, rows, at, fill)
+  fill = specials.sentinel(0) if how == "sentinel" else specials.mask
+  return _masked_scores(family, config, how, params, rows, at, fill)
 
 
-def score(family: str, config, params, tokens: np.ndarray,
-          specials) -> np.ndarray:
+def score(family: str, config, params, tokens: np.ndarray, specials,
+          objective: str | None = None) -> np.ndarray:
   """Each row's log-likelihood by the family's natural scoring.
 
   Args:
@@ -138,24 +168,26 @@ def score(family: str, config, params, tokens: np.ndarray,
     params: the model's params (boxed or not).
     tokens: int32 [B,T] ids, right-padded with config.pad_id.
     specials: `tokenizer.specials()` (a dict) or an `objectives.Specials`.
+    objective: the pre-training scheme (picks an encoder-decoder's
+      scoring; None: the family's default).
 
   Returns:
     float32 [B]: summed log-probabilities (natural log), see `method`.
   """
-  how = method(family, config)
+  how = method(family, config, objective)
   params = nn.meta.unbox(params)
   tokens = _pad_length(np.asarray(tokens, np.int32), config)
   b, t = tokens.shape
   sp = _specials(config, specials)
   if how in _WHOLE_ROW:
     fn = lambda rows: score_one(family, config, params, jnp.asarray(rows),
-                                None, sp)
+                                None, sp, how)
     return _chunked(fn, (tokens,), b, t)
   ordinary = (tokens != config.pad_id) & np.asarray(
       noise.eligible(tokens, sp))
   rows, at = np.nonzero(ordinary)
   fn = lambda r, a: score_one(family, config, params, jnp.asarray(tokens[r]),
-                              jnp.asarray(a), sp)
+                              jnp.asarray(a), sp, how)
   per_piece = _chunked(fn, (rows, at), len(rows), t)
   return np.bincount(rows, per_piece, minlength=b).astype(np.float32)
 
@@ -247,40 +279,98 @@ def _l2r_scores(family, config, params, tokens, specials):
   return jnp.where(scored, lp, 0.0).sum(1)
 
 
-@functools.partial(jax.jit, static_argnames=("family", "config"))
-def _masked_scores(family, config, params, rows, at, fill):
-  """float32 [C]: log p(rows[i, at[i]]) with that piece replaced by `fill`.
+@functools.partial(jax.jit, static_argnames=("family", "config", "how"))
+def _masked_scores(family, config, how, params, rows, at, fill):
+  """float32 [C]: log p(rows[i, at[i]]) with that piece corrupted by `how`.
 
   Args:
-    rows: int32 [C,T] original rows. at: int32 [C] the masked position.
+    rows: int32 [C,T] original rows. at: int32 [C] the corrupted position.
     fill: int32 scalar, the mask or sentinel id put there.
   """
   i = jnp.arange(rows.shape[0])
   target = rows[i, at]
   seg = (rows != config.pad_id).astype(jnp.int32)
   enc = _feed(rows.at[i, at].set(fill), config.pad_id)
-  logits = _masked_logits(family, config, params, enc, seg, at, fill,
-                          _feed(rows, config.pad_id))
+  model = models.get(family).Model(config)
+  variables = {"params": params}
+  if how == "pll":
+    if family in _LOGITS_AT:
+      logits = model.apply(variables, enc, segment_ids=seg,
+                           logits_at=at[:, None])["logits"][:, 0]
+    else:
+      logits = model.apply(variables, enc, segment_ids=seg)["logits"][i, at]
+    return _token_logprobs(logits, target)
+  start = jnp.full_like(at, encdec.decoder_start(config))[:, None]
+  if how == "sentinel":  # decoder `start <s0>`, x_t predicted after <s0>
+    dec = jnp.concatenate([start, jnp.full_like(start, fill)], 1)
+    logits = model.apply(variables, enc, dec, enc_segment_ids=seg)[
+        "logits"][:, 1]
+  elif how == "dropped":  # x_t removed; predicted first, after `start`
+    kept = transforms.drop_noise_tokens(
+        _feed(rows, config.pad_id), jax.nn.one_hot(at, rows.shape[1]) > 0,
+        seg, rows.shape[1])
+    logits = model.apply(variables, kept["tokens"], start,
+                         enc_segment_ids=kept["segment_ids"],
+                         enc_positions=kept["positions"])["logits"][:, 0]
+  else:  # "infill": the original row teacher-forced, read at t
+    dec = jnp.concatenate([start, _feed(rows, config.pad_id)[:, :-1]], 1)
+    logits = model.apply(variables, enc, dec, at, seg,
+                         method=_decoder_logits_at)
   return _token_logprobs(logits, target)
 
 
-def _masked_logits(family, config, params, enc, seg, at, fill, rows):
-  """[C,V] logits where the masked piece of each row is predicted."""
-  model = models.get(family).Model(config)
-  variables = {"params": params}
-  if method(family, config) == "pll":
-    if family in _LOGITS_AT:
-      return model.apply(variables, enc, segment_ids=seg,
-                         logits_at=at[:, None])["logits"][:, 0]
-    logits = model.apply(variables, enc, segment_ids=seg)["logits"]
-    return logits[jnp.arange(enc.shape[0]), at]
-  start = getattr(config, "decoder_start_id", config.pad_id)
-  if family == "t5":
-    dec = jnp.stack([jnp.full_like(at, start), jnp.full_like(at, fill)], 1)
-    return model.apply(variables, enc, dec, enc_segment_ids=seg)[
-        "logits"][:, 1]
-  dec = jnp.concatenate([jnp.full_like(rows[:, :1], start), rows[:, :-1]], 1)
-  return model.apply(variables, enc, dec, at, seg, method=_decoder_logits_at)
+@functools.partial(jax.jit, static_argnames=("family", "config", "how",
+                                             "specials"))
+def _encdec_row_scores(family, config, how, params, tokens, specials):
+  """float32 [C]: "prefix" or "deshuffle" scores of tokens [C,T] (one
+  teacher-forced pass a row, built by the schemes' own transforms)."""
+  length = tokens.shape[1]
+  doc = (tokens != config.pad_id).astype(jnp.int32)
+  batch = {"tokens": _feed(tokens, config.pad_id), "doc_ids": doc}
+  if how == "prefix":  # x_0 in, x_1 .. EOS out
+    later = noise.eligible(tokens, specials) & (jnp.arange(length) >= 1)
+    mask = later & (doc > 0)
+    enc = transforms.drop_noise_tokens(batch["tokens"], mask, doc, length)
+    dec = transforms.keep_noise_tokens(batch["tokens"], mask, doc, specials,
+                                       length)
+  else:
+    enc = encdec.original(fixed_shuffle(batch, specials), length)
+    dec = encdec.original(batch, length)
+  args, kw = encdec.encdec_inputs(config, enc, dec)
+  logits = models.get(family).Model(config).apply({"params": params}, *args,
+                                                  **kw)["logits"]
+  lp = _token_logprobs(logits, dec["tokens"])
+  return jnp.where(dec["segment_ids"] > 0, lp, 0.0).sum(1)
+
+
+def fixed_shuffle(batch, specials):
+  """"deshuffle"'s encoder input: each row's pieces (one document a row)
+  in a fixed pseudo-random order that depends only on how many real pieces
+  the row has, EOS last (`transforms.shuffle_tokens` with hashed keys).
+
+  Args:
+    batch: "tokens" and "doc_ids" [C,T] int32 (doc_ids 0 on padding).
+    specials: `objectives.Specials`.
+
+  Returns:
+    the shuffled batch dict.
+  """
+  doc = batch["doc_ids"]
+  count = (doc > 0).sum(1, keepdims=True).astype(jnp.uint32)
+  index = jnp.arange(doc.shape[1], dtype=jnp.uint32)[None]
+  keys = _hash_uniform(index + count * jnp.uint32(0x9E3779B9))
+  return transforms.shuffle_tokens(None, batch, specials, keys)
+
+
+def _hash_uniform(x):
+  """uint32 [...] -> float32 [...] in [0, 1): a fixed integer hash (the
+  murmur3 finaliser), the same on every backend and for any padding."""
+  x = x ^ (x >> 16)
+  x = x * jnp.uint32(0x85EBCA6B)
+  x = x ^ (x >> 13)
+  x = x * jnp.uint32(0xC2B2AE35)
+  x = x ^ (x >> 16)
+  return (x >> 8).astype(jnp.float32) * (1.0 / (1 << 24))
 
 
 def _decoder_logits_at(module, enc, dec, at, seg):

@@ -73,8 +73,11 @@ def cells() -> list[dict]:
 
 
 def get_config(arg: str | None = None):
-  """The grid; `arg` takes the demo's `tokens=N`, `ft_steps=N` and `k=N`."""
-  g = demo.get_config(arg)
+  """The grid; `arg` takes the demo's `tokens=N`, `ft_steps=N` and `k=N`,
+  and `only=NAME+NAME...` to run just those rows (with random_t5), e.g.
+  `only=bert_style+deshuffling`."""
+  only, rest = demo.split_only(arg)
+  g = demo.get_config(rest)
   g.cells = cells()
   g.published = PUBLISHED
-  return g
+  return demo.select(g, only)

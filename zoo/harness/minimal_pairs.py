@@ -2,8 +2,10 @@
 
 Each pair of `data.minimal_pairs` is scored by the family's natural
 log-likelihood (`zoo.load(...).score`, see `zoo.scoring`): summed
-log-probs for decoders, pseudo-log-likelihood for MLM encoders, sentinel
-scoring for encoder-decoders, forward plus backward LM for ELMo, the
+log-probs for decoders, pseudo-log-likelihood for MLM encoders,
+encoder-decoders in their pre-training scheme's format (sentinel scoring
+after span corruption, infilling after BART or BERT-style corruption, and
+so on: `zoo.scoring.method`), forward plus backward LM for ELMo, the
 discriminator's "all original" log-probability for ELECTRA. A pair scores
 1 when the good sentence gets the higher likelihood, 0.5 on a tie, 0
 otherwise; the view reports the percentage per phenomenon. The suite is
@@ -68,5 +70,5 @@ def run(loaded, pairs: dict, batch_size: int = 256) -> dict:
     return np.concatenate(distributed.split_work(
         lambda chunk: np.asarray(loaded.score(chunk), np.float64), chunks))
   out = score_pairs(score_fn, pairs)
-  out["method"] = scoring.method(loaded.family, loaded.config)
+  out["method"] = loaded.scoring_method
   return out

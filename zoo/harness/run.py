@@ -175,7 +175,7 @@ def _load(grid, cell, celldir: str, inputs: _Inputs) -> loading.Loaded:
   family, config, params = cells_lib.backbone(grid, cell, celldir,
                                               inputs.specials)
   return loading.Loaded(family, config, params, inputs.tokenizer, None,
-                        celldir)
+                        celldir, objective=cell.objective or None)
 
 
 def floors(grid, workdir: str, inputs: _Inputs) -> dict:
