@@ -112,8 +112,8 @@ def main() -> None:
   random_cell = cells_lib.parse_cells(grid)[1]
   family, config, params = cells_lib.backbone(grid, random_cell, workdir,
                                               specials)
-  base = _views(loading.Loaded(family, config, params, tok, None, ""),
-                pairs, tasks)
+  base = _views(loading.Loaded(family, config, params, tok, None, "",
+                               objective=args.objective), pairs, tasks)
   print(json.dumps({"tokens": 0, **base}), flush=True)
   cells_lib.pretrain(grid, cell, workdir, tok)
   points, tok_per_step = [], grid.pretrain.batch_size * grid.pretrain.seq_len

@@ -379,3 +379,18 @@ def test_t5_tables_grid_runs_chosen_rows_with_their_published_figures():
   assert names == ["bert_style", "deshuffling", "random_t5"]
   assert set(grid.published) == {"table4/bert_style", "table4/deshuffling"}
   assert grid.budget_tokens == 1_000_000
+
+
+def test_random_t5_is_also_read_as_each_t5_row_is():
+  grid = t5_tables.get_config()
+  random_t5 = next(c for c in cells.parse_cells(grid) if c.is_baseline)
+  assert cells.scorings(grid, random_t5) == ("deshuffle", "dropped",
+                                             "infill", "prefix")
+  assert harness_run.views_of(grid, random_t5)[3:] == (
+      "minimal_pairs@deshuffle", "minimal_pairs@dropped",
+      "minimal_pairs@infill", "minimal_pairs@prefix")
+  span = next(c for c in cells.parse_cells(grid) if c.name == "span_3")
+  assert harness_run.views_of(grid, span) == harness_run.VIEWS
+  demo_grid = demo.get_config()
+  assert all(harness_run.views_of(demo_grid, c) == harness_run.VIEWS
+             for c in cells.parse_cells(demo_grid))

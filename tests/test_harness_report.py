@@ -95,6 +95,30 @@ def test_kendall_tau_against_the_published_order():
   assert "Kendall's tau" in report.markdown(out)
 
 
+def test_a_row_is_paired_with_its_random_init_read_the_same_way():
+  """random_t5 read by sentinel scoring (its default) and, for the row
+  read by infilling, by infilling too: that row's Δ pairs the two
+  infilled readings, whose outcomes here are identical (Δ exactly 0)."""
+  infill = _record("bert_style", "t5", "t5_bert", 0.9)
+  infill["views"]["minimal_pairs"]["method"] = "infill"
+  span = _record("span", "t5", "t5_span", 0.9)
+  span["views"]["minimal_pairs"]["method"] = "sentinel"
+  base = _record("random_t5", "t5", "none", 0.5)
+  base["views"]["minimal_pairs"]["method"] = "sentinel"
+  base["views"]["minimal_pairs@infill"] = dict(
+      infill["views"]["minimal_pairs"], method="infill")
+  out = report.build(_grid(), [infill, span, base],
+                     _record("floor", "-", "-", 0.6)["views"])
+  rows = {r["name"]: r for r in out["rows"]}
+  assert rows["bert_style"]["views"]["minimal_pairs"]["delta"] == [0, 0, 0]
+  assert rows["span"]["views"]["minimal_pairs"]["delta"][1] > 20
+  assert set(rows["random_t5"]["read_as"]) == {"infill"}
+  assert rows["random_t5"]["views"]["minimal_pairs"]["average"][0] < 60
+  text = report.markdown(out)
+  assert ("- random_t5 read by infill scoring, as bert_style is read: "
+          "minimal pairs 89.") in text
+
+
 def test_results_files_plots_and_readme_section(results, tmp_path):
   report.write_all(str(tmp_path), results)
   for name in ("results.md", "results.csv", "results.json"):

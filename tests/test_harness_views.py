@@ -106,3 +106,29 @@ def test_a_backbone_without_its_lm_head_is_na_on_minimal_pairs(tiny_bert):
   assert report._iv([np.nan, np.nan, np.nan]) == "n/a"  # pylint: disable=protected-access
   with_head = minimal_pairs.run(tiny_bert, pairs)
   assert with_head["method"] == "pll"
+
+
+def test_an_encoder_decoder_is_read_as_its_scheme_and_as_asked():
+  """A T5 pre-trained by BERT-style corruption is read by infilling; its
+  random init is also read that way when asked (`how`), and the view
+  says which reading it holds."""
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  tok = data.load_tokenizer({})
+  config = models.make_config("t5", "tiny", vocab_size=tok.vocab_size)
+  params = models.get("t5").Model(config).init(
+      jax.random.key(0), np.ones((1, 8), np.int32),
+      np.ones((1, 8), np.int32))["params"]
+  loaded = loading.Loaded("t5", config, params, tok, None, "")
+  pairs = {"p": [pairs_lib.Pair("p", "the dog runs", "the dog run"),
+                 pairs_lib.Pair("p", "the dogs run", "the dogs runs")]}
+  assert minimal_pairs.run(loaded, pairs)["method"] == "sentinel"
+  bert_style = dataclasses.replace(loaded, objective="t5_bert")
+  out = minimal_pairs.run(bert_style, pairs)
+  asked = minimal_pairs.run(loaded, pairs, how="infill")
+  assert out["method"] == asked["method"] == "infill"
+  assert out["tasks"] == asked["tasks"]
+  texts = ["the dog runs", "the dogs run"]
+  np.testing.assert_array_equal(bert_style.score(texts),
+                                loaded.score(texts, how="infill"))
+  assert not np.array_equal(loaded.score(texts), loaded.score(texts,
+                                                              how="infill"))

@@ -77,6 +77,10 @@ def test_encoder_decoders_are_read_as_their_scheme_corrupts():
                         "t5_drop") == "dropped"
   with pytest.raises(ValueError, match="t5_nope"):
     scoring.method("t5", config, "t5_nope")
+  with pytest.raises(ValueError, match="gpt2 is scored by 'causal', not"
+                     " 'infill'"):
+    scoring.score("gpt2", models.make_config("gpt2", "tiny"), {}, _tokens(),
+                  SPECIALS, "infill")
   # An encoder is read by PLL whatever its scheme.
   assert scoring.method("bert", models.make_config("bert", "tiny"),
                         "t5_drop") == "pll"
@@ -199,7 +203,8 @@ def test_t5_scores_equal_their_schemes_formats(objective):
   config, model, params = _setup("t5")
   reference = REFERENCES[scoring.method("t5", config, objective)]
   want = [reference(model, config, params, row) for row in tokens]
-  got = scoring.score("t5", config, params, tokens, SPECIALS, objective)
+  got = scoring.score("t5", config, params, tokens, SPECIALS,
+                      scoring.method("t5", config, objective))
   np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
 
@@ -275,10 +280,9 @@ def test_a_score_does_not_depend_on_padding_or_batch(family, overrides,
                                                       objective):
   config, _, params = _setup(family, **overrides)
   tokens = _tokens()
-  alone = scoring.score(family, config, params, tokens[:1, :4], SPECIALS,
-                        objective)
-  together = scoring.score(family, config, params, tokens, SPECIALS,
-                           objective)
+  how = scoring.method(family, config, objective)
+  alone = scoring.score(family, config, params, tokens[:1, :4], SPECIALS, how)
+  together = scoring.score(family, config, params, tokens, SPECIALS, how)
   assert together.shape == (2,) and together.dtype == np.float32
   assert np.isfinite(together).all()
   np.testing.assert_allclose(together[0], alone[0], rtol=0, atol=1e-5)

@@ -201,9 +201,12 @@ class Loaded:
                        f"{self.family} is an {face}")
     return tok.decode(gen_lib.trim(ids, eos)[0])
 
-  def score(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+  def score(self, texts: list[str], batch_size: int = 64,
+            how: str | None = None) -> np.ndarray:
     """float32 [N]: each text's log-likelihood by the family's natural
-    scoring (`zoo.scoring`; `self.scoring_method` names it).
+    scoring (`zoo.scoring`; `self.scoring_method` names it, `how` another
+    of an encoder-decoder's methods, to read it as another scheme's model
+    is read).
 
     Texts are scored `batch_size` at a time, grouped by length; a text's
     score does not depend on the texts batched with it.
@@ -212,7 +215,7 @@ class Loaded:
       ValueError: the family has no natural sentence score.
     """
     texts = list(texts)
-    self.scoring_method  # pylint: disable=pointless-statement
+    how = how or self.scoring_method
     specials = self._tok().specials()
     order = np.argsort([len(t) for t in texts], kind="stable")
     out = np.zeros(len(texts), np.float32)
@@ -220,7 +223,7 @@ class Loaded:
       idx = order[start:start + batch_size]
       tokens = self.batch([texts[i] for i in idx])
       out[idx] = scoring.score(self.family, self.config, self.params, tokens,
-                               specials, self.objective)
+                               specials, how)
     return out
 
   @property

@@ -159,7 +159,7 @@ def score_one(family, config, params, rows, at, specials, how=None):
 
 
 def score(family: str, config, params, tokens: np.ndarray, specials,
-          objective: str | None = None) -> np.ndarray:
+          how: str | None = None) -> np.ndarray:
   """Each row's log-likelihood by the family's natural scoring.
 
   Args:
@@ -168,13 +168,22 @@ def score(family: str, config, params, tokens: np.ndarray, specials,
     params: the model's params (boxed or not).
     tokens: int32 [B,T] ids, right-padded with config.pad_id.
     specials: `tokenizer.specials()` (a dict) or an `objectives.Specials`.
-    objective: the pre-training scheme (picks an encoder-decoder's
-      scoring; None: the family's default).
+    how: the scoring `method` (an encoder-decoder's depends on its
+      pre-training scheme: `method(family, config, objective)`); None: the
+      family's default.
 
   Returns:
     float32 [B]: summed log-probabilities (natural log), see `method`.
+
+  Raises:
+    ValueError: the family has no natural score, or `how` is not one of
+      its methods.
   """
-  how = method(family, config, objective)
+  default = method(family, config)
+  how = how or default
+  if how != default and not (default in ENCDEC_METHODS
+                             and how in ENCDEC_METHODS):
+    raise ValueError(f"{family} is scored by {default!r}, not {how!r}")
   params = nn.meta.unbox(params)
   tokens = _pad_length(np.asarray(tokens, np.int32), config)
   b, t = tokens.shape

@@ -49,6 +49,7 @@ import objectives
 from zoo import checkpoint as ckpt_lib
 from zoo import distributed
 from zoo import models
+from zoo import scoring
 from zoo import train as train_mod
 from zoo import train_lib
 from zoo.harness import compressed
@@ -337,6 +338,24 @@ def pretrain(grid, cell: Cell, celldir: str, tokenizer) -> dict[str, Any]:
                 passes=tokens / corpus if corpus else None)
   write_json(path, record)
   return record
+
+
+def scorings(grid, cell: Cell) -> tuple[str, ...]:
+  """For a random-init row: the sentence scorings (`zoo.scoring.method`)
+  of its family's pre-trained rows other than its own default, sorted.
+  The row is read each of those ways too, so that every pre-trained row
+  is paired with its random init read alike (an encoder-decoder is read
+  as its scheme corrupts)."""
+  if not cell.is_baseline:
+    return ()
+  config = models.make_config(cell.model, cell.size, **model_args(grid, cell))
+  try:
+    default = scoring.method(cell.model, config)
+  except ValueError:
+    return ()  # no sentence score: the view says why
+  found = {scoring.method(c.model, config, c.objective)
+           for c in parse_cells(grid) if c.pretrained and c.model == cell.model}
+  return tuple(sorted(found - {default}))
 
 
 def backbone(grid, cell: Cell, celldir: str, specials):

@@ -48,9 +48,11 @@ def score_pairs(score_fn, pairs: dict) -> dict:
   return {"tasks": out}
 
 
-def run(loaded, pairs: dict, batch_size: int = 256) -> dict:
+def run(loaded, pairs: dict, batch_size: int = 256,
+        how: str | None = None) -> dict:
   """The view of a loaded model (`zoo.loading.Loaded`), in chunks of texts
-  dealt out across processes (`distributed.split_work`).
+  dealt out across processes (`distributed.split_work`); `how` reads it
+  by another of its scorings (`Loaded.score`).
 
   A backbone pre-trained without the head its scoring reads (Quick-Thought
   trains no LM head) has no likelihood: its outcomes are NaN, reported as
@@ -68,7 +70,8 @@ def run(loaded, pairs: dict, batch_size: int = 256) -> dict:
     chunks = [texts[i:i + batch_size] for i in range(0, len(texts),
                                                        batch_size)]
     return np.concatenate(distributed.split_work(
-        lambda chunk: np.asarray(loaded.score(chunk), np.float64), chunks))
+        lambda chunk: np.asarray(loaded.score(chunk, how=how), np.float64),
+        chunks))
   out = score_pairs(score_fn, pairs)
-  out["method"] = loaded.scoring_method
+  out["method"] = how or loaded.scoring_method
   return out

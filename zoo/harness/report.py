@@ -67,7 +67,12 @@ def _row(record: dict) -> dict:
           "flops_per_token": record.get("flops_per_token", 0.0),
           "seconds": record["seconds"],
           "footprint": record["views"].get("footprint"),
-          "views": {v: view_summary(record["views"][v]) for v in VIEWS}}
+          "scoring": record["views"]["minimal_pairs"].get("method", ""),
+          "views": {v: view_summary(record["views"][v]) for v in VIEWS},
+          # A random-init row read as other rows of its family are.
+          "read_as": {v.partition("@")[2]: view_summary(result)
+                      for v, result in record["views"].items()
+                      if v.startswith("minimal_pairs@")}}
 
 
 def _deltas(rows: list[dict]) -> None:
@@ -79,6 +84,8 @@ def _deltas(rows: list[dict]) -> None:
       summary["delta"] = None
       if row["objective"] != "none" and base is not None:
         other = base["views"][view]
+        if view == "minimal_pairs":  # the random init read alike
+          other = base["read_as"].get(row["scoring"], other)
         summary["delta"] = stats.paired(
             (summary["average"].mean, summary["reps"]),
             (other["average"].mean, other["reps"]))
@@ -172,8 +179,9 @@ def _plain_view(summary: dict) -> dict:
 
 
 def _plain(row: dict) -> dict:
-  return dict({k: v for k, v in row.items() if k != "views"},
-              views={v: _plain_view(s) for v, s in row["views"].items()})
+  return dict({k: v for k, v in row.items() if k not in ("views", "read_as")},
+              views={v: _plain_view(s) for v, s in row["views"].items()},
+              read_as={h: _plain_view(s) for h, s in row["read_as"].items()})
 
 
 def _iv(x) -> str:
@@ -343,6 +351,21 @@ def compression_table(results: dict) -> list[str]:
       f"{reference}'s)."), ""]
 
 
+def _read_as_lines(results: dict) -> list[str]:
+  """A note for random-init rows also read another way (`cells.scorings`)."""
+  out = []
+  for r in results["rows"]:
+    for how, view in sorted(r.get("read_as", {}).items()):
+      rows = [x["name"] for x in results["rows"]
+              if x["baseline"] == r["name"] and x.get("scoring") == how]
+      verb = "is" if len(rows) == 1 else "are"
+      out.append(f"- {r['name']} read by {how} scoring, as "
+                 f"{', '.join(rows)} {verb} read: minimal pairs "
+                 f"{_iv(view['average'])}, what the Δ of {', '.join(rows)} "
+                 "on minimal pairs is against.")
+  return out + [""] if out else []
+
+
 def markdown(results: dict) -> str:
   """The results as GitHub markdown, with a legend."""
   seeds = len(results["seeds"])
@@ -358,6 +381,7 @@ def markdown(results: dict) -> str:
       "Probe: L2 logistic regression on frozen features (scalar mix of "
       "all layers, mean-pooled). Few-shot: full fine-tuning on K examples "
       "per class, text-to-text rows ranked over the label strings."), ""]
+  lines += _read_as_lines(results)
   lines += verdicts(results) + [""]
   lines += compression_table(results)
   lines += pretrain_table(results)

@@ -59,14 +59,15 @@ def _view(grid, inputs: _Inputs, view: str, loaded, cell,
   """Computes one view of a cell's backbone (a random-init row's too: every
   view reads the same random backbone); `quant` makes few-shot
   fine-tuning quantisation-aware."""
-  recipe = cells_lib.as_plain(grid[view])
+  recipe = cells_lib.as_plain(grid.get(view.partition("@")[0]))
   hold = compressed.hold_sparsity(cell)
   if view == "few_shot" and hold is not None:
     recipe["prune"] = hold  # a pruned row fine-tunes as sparse as it is
   if view == "few_shot" and quant is not None:
     recipe["quant"] = quant
-  if view == "minimal_pairs":
-    return minimal_pairs.run(loaded, inputs.pairs)
+  if view.startswith("minimal_pairs"):  # "minimal_pairs@<method>" too
+    how = view.partition("@")[2] or None
+    return minimal_pairs.run(loaded, inputs.pairs, how=how)
   if view == "probe":
     return {"tasks": {name: probe.run(loaded, task, inputs.split, recipe)
                       for name, task in inputs.tasks.items()}}
@@ -79,9 +80,9 @@ def _view(grid, inputs: _Inputs, view: str, loaded, cell,
 def view_key(grid, cell, view: str) -> str:
   """The fingerprint of everything a view's result depends on (for a row
   reading another cell's backbone, that cell's config and the transform)."""
-  parts = [cells_lib.cell_config(grid, cell), grid.get(view),
-           list(grid.tasks), list(grid.seeds),
-           grid.get("report_split", "validation"), view]
+  recipe = grid.get(view.partition("@")[0])
+  parts = [cells_lib.cell_config(grid, cell), recipe, list(grid.tasks),
+           list(grid.seeds), grid.get("report_split", "validation"), view]
   if cell.source:
     source = next(c for c in cells_lib.parse_cells(grid)
                   if c.name == cell.source)
@@ -105,10 +106,14 @@ def _objective_name(cell) -> str:
   return cell.objective or "none"
 
 
-def views_of(grid) -> tuple[str, ...]:
-  """The views a grid computes per cell: the three, and the footprint
-  (`compressed.footprint`) when the grid compares rows to one (`compare_to`)."""
-  return VIEWS + (("footprint",) if grid.get("compare_to") else ())
+def views_of(grid, cell=None) -> tuple[str, ...]:
+  """The views a grid computes per cell: the three; for a random-init row,
+  `minimal_pairs@<method>` for each other scoring its family's rows are
+  read by (`cells.scorings`); and the footprint (`compressed.footprint`)
+  when the grid compares rows to one (`compare_to`)."""
+  extra = tuple(f"minimal_pairs@{how}" for how in (
+      cells_lib.scorings(grid, cell) if cell is not None else ()))
+  return VIEWS + extra + (("footprint",) if grid.get("compare_to") else ())
 
 
 class _Backbone:
@@ -154,7 +159,7 @@ def run_cell(grid, cell, celldir: str, inputs: _Inputs, tick) -> dict:
         cells_lib.cell_config(grid, cell), celldir), inputs.specials))
     tick(None)
   backbone = _Backbone(grid, cell, celldir, inputs)
-  for view in views_of(grid):
+  for view in views_of(grid, cell):
     tick(f"{cell.name}: {view}")
     path = os.path.join(celldir, "views", f"{view}.json")
     key = view_key(grid, cell, view)
