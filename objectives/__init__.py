@@ -181,6 +181,15 @@ def scoring_of(name: str) -> str | None:
   return getattr(scheme, "scoring", None)
 
 
+def takes(name: str, option: str) -> bool:
+  """Whether scheme `name` (or an alias) has the option `option`."""
+  _load_all()
+  scheme = _REGISTRY.get(ALIASES.get(name, name))
+  if scheme is None:
+    raise ValueError(f"unknown objective {name!r}; registered: {names()}")
+  return option in getattr(scheme, "defaults", {})
+
+
 def build(name: str, model: str, size: str, specials: Specials,
           **options) -> Objective:
   """Binds scheme `name` (or an alias) to a model family and size."""

@@ -14,9 +14,24 @@ import optax
 import objectives
 from objectives import common
 from data.synthetic import SyntheticLoader
+from zoo import models
+from zoo.models import static
 
 VOCAB = 512
 SPECIALS = objectives.Specials(vocab_size=VOCAB)
+
+
+def corpus_options(name, family, size="tiny", vocab=VOCAB, **model_args):
+  """What a word2vec scheme reads of a corpus, made up: every piece
+  counted once, and a FastText model's n-gram ids of made-up pieces."""
+  out = {}
+  if objectives.takes(name, "counts"):
+    out["counts"] = np.ones(vocab, np.int64)
+  config = models.make_config(family, size, vocab_size=vocab, **model_args)
+  if getattr(config, "ngram_buckets", 0) > 0:
+    out["ngram_table"] = static.ngram_table(
+        [f"piece{i}" for i in range(vocab)], config)
+  return out
 
 
 def tiny_batch(seq_len=48, batch_size=4, seed=0):

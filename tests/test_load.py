@@ -98,8 +98,8 @@ def test_loaded_faces(workdir):
   assert out["layers"].shape[0] == m.config.num_layers + 1
   assert out["mask"].sum() == sum(len(m.ids(x)) for x in TEXTS)
   # Contextual: one word, two contexts, two vectors; the table has one.
-  a = m.word_vector(TEXTS[0], "bank")
-  c = m.word_vector(TEXTS[1], "bank")
+  a = m.word_vector("bank", TEXTS[0])
+  c = m.word_vector("bank", TEXTS[1])
   assert not np.allclose(a, c, atol=1e-4)
   assert m.static_vector("bank").shape == (m.config.embed_dim,)
   filled = m.fill_mask("the <mask> of the river", top_k=3)
@@ -111,7 +111,7 @@ def test_loaded_faces(workdir):
   with pytest.raises(ValueError, match="decoder or an encoder-decoder"):
     m.generate("hello")
   with pytest.raises(ValueError, match="do not occur"):
-    m.word_vector(TEXTS[0], "zebra")
+    m.word_vector("zebra", TEXTS[0])
 
 
 def _corrupt(step_dir: str) -> None:

@@ -128,9 +128,12 @@ class Loaded:
                 mean=_masked_mean(out["hidden"], mask),
                 layers_mean=_masked_mean(out["layers"], mask))
 
-  def word_vector(self, text: str, word: str) -> np.ndarray:
-    """float32 [D]: the contextual vector of `word` in `text` (the mean of
-    its pieces' last hidden states; the first occurrence)."""
+  def word_vector(self, word: str, text: str | None = None) -> np.ndarray:
+    """The vector of `word`: float32 [D] in `text` (the mean of its pieces'
+    last hidden states, first occurrence), or without `text` its
+    context-free vector, float32 [E] (`static_vector`)."""
+    if text is None:
+      return self.static_vector(word)
     tokens = self.ids(text)
     start, n = _find(tokens, self._tok().encode(" " + word), word, text)
     hidden = self.embed([text])["hidden"][0]
@@ -138,9 +141,30 @@ class Loaded:
 
   def static_vector(self, word: str) -> np.ndarray:
     """float32 [E]: the mean of `word`'s rows of the token embedding table
-    (the same in every context)."""
+    (the same in every context; a word2vec or FastText model's vectors)."""
     table = np.asarray(embedding_table(self.params, self.config.vocab_size))
     return table[self._tok().encode(" " + word)].mean(0)
+
+  def most_similar(self, word: str, top_k: int = 10
+                   ) -> list[tuple[str, float]]:
+    """The `top_k` pieces whose context-free vectors are nearest `word`'s
+    by cosine, best first, as (text, cosine); special pieces and the
+    word's own are left out."""
+    tok = self._tok()
+    table = np.asarray(embedding_table(self.params, self.config.vocab_size),
+                       np.float64)
+    query = self.static_vector(word).astype(np.float64)
+    norms = np.linalg.norm(table, axis=1) * np.linalg.norm(query)
+    cos = table @ query / np.maximum(norms, 1e-12)
+    skip = set(tok.encode(" " + word)) | set(tok.specials().values())
+    pieces = tok.pieces()
+    out = []
+    for i in np.argsort(-cos):
+      if int(i) not in skip and not pieces[i].startswith("<"):
+        out.append((pieces[i].replace("\u2581", " ").strip(), float(cos[i])))
+      if len(out) == top_k:
+        break
+    return out
 
   def context_probe(self, word: str, texts: list[str]) -> dict[str, Any]:
     """How `word`'s vector changes with its context.
@@ -151,7 +175,7 @@ class Loaded:
       float32 [E], the one table vector every context shares (whose cosine
       matrix would be all ones).
     """
-    vecs = np.stack([self.word_vector(t, word) for t in texts])
+    vecs = np.stack([self.word_vector(word, t) for t in texts])
     unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
     return {"contextual": vecs, "cosine": unit @ unit.T,
             "static": self.static_vector(word)}

@@ -104,6 +104,9 @@ def method(family: str, config, objective: str | None = None) -> str:
     ValueError: the family is unknown or has no natural sentence score.
   """
   face = models.interface_of(family, config)
+  unscored = getattr(models.get(family), "NO_SENTENCE_SCORE", "")
+  if unscored:
+    raise ValueError(f"{family} has no natural sentence score: {unscored}")
   if family == "electra":
     roles = {"discriminator": "discriminator", "generator": "pll"}
     if config.role not in roles:

@@ -149,8 +149,47 @@ def build_objective(config, specials: objectives.Specials, tokenizer=None,
     max_chars = models.make_config(config.model, config.size,
                                    **model_args).max_chars
     options["char_table"] = elmo.char_table(tokenizer.pieces(), max_chars)
+  options.update(_corpus_options(config, options, tokenizer))
   return objectives.build(config.objective, model=config.model,
                           size=config.size, specials=specials, **options)
+
+
+def _corpus_options(config, options: dict, tokenizer) -> dict:
+  """What a word2vec scheme reads of its corpus and vocabulary, as
+  callables the scheme calls when it first needs them: the pieces' counts
+  over the training split (`data.counts`), and a FastText model's n-gram
+  ids of every piece (`zoo.models.static.ngram_table`). Without a
+  tokenizer, the data config's is read then."""
+  out = {}
+
+  def tok():
+    import data  # pylint: disable=import-outside-toplevel
+    return tokenizer or data.load_tokenizer(config.data)
+
+  if objectives.takes(config.objective, "counts") and (
+      options.get("counts") is None):
+    from data import counts  # pylint: disable=import-outside-toplevel
+    out["counts"] = lambda: counts.piece_counts(config.data, tok())
+  mod = (models.get(config.model) if config.model in models.FAMILIES
+         else None)
+  if hasattr(mod, "ngram_table") and options.get("ngram_table") is None:
+    model_cfg = models.make_config(config.model, config.size,
+                                   **dict(options.get("model_args", {})))
+    if model_cfg.ngram_buckets > 0:
+      out["ngram_table"] = lambda: mod.ngram_table(tok().pieces(), model_cfg)
+  return out
+  if tokenizer is None:
+    raise ValueError(f"objective {config.objective!r} on {config.model!r} "
+                     "reads the corpus's pieces; this run has no tokenizer "
+                     "(the synthetic source has none)")
+  if wants_counts:
+    from data import counts  # pylint: disable=import-outside-toplevel
+    out["counts"] = counts.piece_counts(config.data, tokenizer)
+  if fasttext and options.get("ngram_table") is None:
+    cfg = models.make_config(config.model, config.size,
+                             **dict(options.get("model_args", {})))
+    out["ngram_table"] = mod.ngram_table(tokenizer.pieces(), cfg)
+  return out
 
 
 def example_batch(seq_len: int, rows: int = 1) -> dict[str, np.ndarray]:

@@ -9,7 +9,8 @@ for every family they use. A scheme
 runs on the family its paper used (`PREFERRED`); a scheme registered later
 without an entry there gets the first family in `FALLBACK` it can bind to.
 Transformer-XL adds its own row (`EXTRA`): the causal LM that reads each
-row's memory of the step before, as its paper trains it.
+row's memory of the step before, as its paper trains it; so does FastText,
+skip-gram over vectors built from character n-grams.
 """
 
 import objectives
@@ -20,7 +21,8 @@ PREFERRED = {
     "nsp": "bert", "sop": "albert", "structbert": "bert",
     "quick_thought": "bert", "clm": "gpt2", "prefix_lm": "gpt2",
     "bilm": "elmo", "unilm": "unilm", "mass": "bart", "bart": "bart",
-    "electra": "electra", "plm": "xlnet",
+    "electra": "electra", "plm": "xlnet", "skipgram": "word2vec",
+    "cbow": "word2vec",
 }
 FALLBACK = ("bert", "gpt2", "t5", "bart", "electra", "elmo", "unilm",
             "albert")
@@ -33,7 +35,7 @@ FALLBACK = ("bert", "gpt2", "t5", "bart", "electra", "elmo", "unilm",
 FAMILY_SCHEME = {f: s for s, f in reversed(PREFERRED.items())}
 FAMILY_SCHEME.update(t5="t5_span", roberta="mlm", distilbert="mlm",
                      transfo_xl="clm", longformer="mlm", reformer="clm",
-                     mobilebert="mlm")
+                     mobilebert="mlm", fasttext="skipgram")
 
 # Schemes that learn from a trained teacher (`objectives.distill`): they
 # run in `configs/compare/compress.py`, beside the teacher they shrink.
@@ -42,7 +44,8 @@ TEACHER_SCHEMES = ("distil", "tinybert")
 # Cells beyond one per scheme: a family whose paper's point is an option of
 # a shared scheme.
 EXTRA = (dict(name="clm_memory", objective="clm", model="transfo_xl",
-              objective_args=dict(memory=True)),)
+              objective_args=dict(memory=True)),
+         dict(name="fasttext", objective="skipgram", model="fasttext"))
 
 
 def family_of(name: str) -> str:

@@ -38,6 +38,8 @@ FAMILIES = {
     "longformer": "zoo.models.longformer",
     "reformer": "zoo.models.reformer",
     "mobilebert": "zoo.models.mobilebert",
+    "word2vec": "zoo.models.static",
+    "fasttext": "zoo.models.static",
 }
 
 
