@@ -161,9 +161,35 @@ def quant_section(r: dict) -> list[str]:
                 ""]
 
 
+def static_section(r: dict) -> list[str]:
+  """Markdown lines for one `static_vs_gensim` record."""
+  runs = r["runs"]
+  seeds = len({x["seed"] for x in runs})
+  out = [f"Static embeddings, {r['size']} size, {r['passes']} passes over "
+         f"the sample's {r['pieces'] / 1e6:.2f}M training pieces, "
+         f"{seeds} seeds each. Word classes: percent of the "
+         f"{r['triples']} Brown word-class triples passed (50 = chance); "
+         "probe: the demo's probe view, average of its three tasks. Mean "
+         f"over seeds [min, max]. {machine_line(r['machine'])}", "",
+         "| scheme | implementation | word classes | probe | seconds per "
+         "run |", "|---|---|---:|---:|---:|"]
+  for scheme in dict.fromkeys(x["scheme"] for x in runs):
+    for impl in ("zoo", "gensim"):
+      got = [x for x in runs if x["scheme"] == scheme and x["impl"] == impl]
+      cells = []
+      for key in ("word_classes", "probe"):
+        v = [x[key] for x in got]
+        cells.append(f"{sum(v) / len(v):.1f} [{min(v):.1f}, {max(v):.1f}]")
+      secs = sum(x["seconds"] for x in got) / len(got)
+      out.append(f"| {scheme} | {impl} | {cells[0]} | {cells[1]} | "
+                 f"{secs:.0f} |")
+  return out + [""]
+
+
 _SECTIONS = {"train_step": train_step_section,
              "attention": attention_section, "depth": depth_section,
-             "prune": prune_section, "quant": quant_section}
+             "prune": prune_section, "quant": quant_section,
+             "static_vs_gensim": static_section}
 
 
 def section(records: list[dict]) -> str:

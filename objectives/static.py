@@ -31,7 +31,8 @@ word2vec table of its pieces' vectors (`static.fold`).
 Letters: B batch, T length, D embed, C context slots (2 * window), K noise.
 """
 
-import flax.linen as nn
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -220,8 +221,23 @@ class _Word2Vec(common.Scheme):
     family, config, params = super().backbone(params)
     if config.ngram_buckets <= 0:
       return family, config, params
-    config, params = static_lib.fold(params, config, self.ngram_table())
-    return "word2vec", config, params
+    table = self.ngram_table()
+    fold = lambda p: static_lib.fold(p, config, table)[1]
+    abstract = any(isinstance(x, jax.ShapeDtypeStruct)
+                   for x in jax.tree.leaves(params))
+    params = jax.eval_shape(fold, params) if abstract else fold(params)
+    return "word2vec", dataclasses.replace(config, ngram_buckets=0), params
+
+  def flops_per_token(self) -> float:
+    """Training FLOPs per row piece (forward and backward, 3x the forward):
+    a few D-wide dot products per pair, not a vocabulary projection."""
+    d, k, w = (self.config.embed_dim, self.options["negatives"],
+               self.options["window"])
+    pairs = w + 1  # a reach of (w + 1) / 2 on each side, on average
+    forward = self.pair_flops(d, k, pairs)
+    if self.config.ngram_buckets > 0:
+      forward += d * self.config.max_ngrams  # the n-gram mean
+    return 3.0 * forward
 
   def corrupt(self, batch, rng):
     """Subsampled, compacted rows, each centre's reach and the noise."""
@@ -266,6 +282,9 @@ class SkipGram(_Word2Vec):
   def noise_slots(self):
     return (2 * self.options["window"], self.options["negatives"])
 
+  def pair_flops(self, d, k, pairs):
+    return 2.0 * d * (1 + k) * pairs  # every pair scores 1 + k rows
+
   def score(self, params, inputs, outputs, rng, deterministic):
     ctx, valid = self.contexts(inputs)
     center = outputs["hidden"][:, :, None, :]
@@ -281,6 +300,9 @@ class CBOW(_Word2Vec):
 
   def noise_slots(self):
     return (self.options["negatives"],)
+
+  def pair_flops(self, d, k, pairs):
+    return d * pairs + 2.0 * d * (1 + k)  # the context mean, 1 + k rows
 
   def score(self, params, inputs, outputs, rng, deterministic):
     _, valid = self.contexts(inputs)

@@ -165,3 +165,19 @@ def test_prune_and_quant_records_render_their_tables():
   assert "float32 / int8 time: 4.00." in text
   with pytest.raises(ValueError, match="unknown benchmark record 'nope'"):
     report.section([dict(prune, bench="nope")])
+
+
+def test_static_record_renders_means_and_ranges_per_implementation():
+  runs = [dict(scheme="skipgram", impl=impl, seed=seed, seconds=10.0 + seed,
+               word_classes=wc, probe=pr)
+          for impl, seed, wc, pr in (("zoo", 0, 60.0, 70.0),
+                                     ("zoo", 1, 62.0, 74.0),
+                                     ("gensim", 0, 61.0, 72.0),
+                                     ("gensim", 1, 61.0, 73.0))]
+  body = report.section([{"bench": "static_vs_gensim", "machine": MACHINE,
+                          "size": "small", "passes": 5, "pieces": 1.7e6,
+                          "triples": 1000, "runs": runs}])
+  assert "| skipgram | zoo | 61.0 [60.0, 62.0] | 72.0 [70.0, 74.0] | 10 |" \
+      in body
+  assert "| skipgram | gensim | 61.0 [61.0, 61.0] | 72.5 [72.0, 73.0] |" in body
+  assert "2 seeds each" in body and "1.70M training pieces" in body

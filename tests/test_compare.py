@@ -147,6 +147,32 @@ def test_transfo_xl_memory_row_is_read_by_every_view(tmp_path):
       assert 0 <= low <= mean <= high <= 100
 
 
+def test_static_rows_are_read_by_the_views_that_apply(tmp_path):
+  """word2vec (skip-gram) and FastText rows: probe and few-shot read their
+  vectors beside their random inits; minimal pairs says why it does not
+  apply."""
+  grid = smoke.get_config()
+  grid.cells = [dict(name="skipgram", objective="skipgram",
+                     model="word2vec")] + [
+                         dict(c) for c in family.EXTRA
+                         if c["model"] == "fasttext"]
+  results = harness_run.run(grid, str(tmp_path))
+  rows = {r["name"]: r for r in results["rows"]}
+  assert list(rows) == ["skipgram", "fasttext", "random_word2vec",
+                        "random_fasttext"]
+  for row in rows.values():
+    views = row["views"]
+    assert "no natural sentence score" in row["skipped"]["minimal_pairs"]
+    assert views["minimal_pairs"]["delta"] is None or np.isnan(
+        views["minimal_pairs"]["delta"][0])
+    for name in ("probe", "few_shot"):
+      mean, low, high = views[name]["average"]
+      assert 0 <= low <= mean <= high <= 100
+  table = (tmp_path / "results.md").read_text()
+  assert "| skipgram | word2vec |" in table and "| n/a |" in table
+  assert "- n/a: fasttext, minimal pairs: word2vec has no natural" in table
+
+
 def test_flops_estimate_charges_electra_and_bart_more_than_mlm():
   grid = demo.get_config()
   specials = objectives.Specials(vocab_size=8000)

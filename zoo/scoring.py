@@ -130,9 +130,15 @@ def method(family: str, config, objective: str | None = None) -> str:
 
 
 def missing_head(family: str, config, params) -> str | None:
-  """Why `params` cannot be scored (a backbone pre-trained without the LM
-  head its scoring reads, as Quick-Thought's encoder), or None."""
-  how = method(family, config)
+  """Why `params` cannot be scored (a family with no sentence score, as a
+  static embedding; a backbone pre-trained without the LM head its scoring
+  reads, as Quick-Thought's encoder), or None."""
+  try:
+    how = method(family, config)
+  except ValueError as e:
+    if not getattr(models.get(family), "NO_SENTENCE_SCORE", ""):
+      raise
+    return str(e)
   params = nn.meta.unbox(params)
   row = jnp.full((1, 8), min(7, config.vocab_size - 1), jnp.int32)
   at = jnp.zeros((1,), jnp.int32)

@@ -273,6 +273,8 @@ def flops_estimate(config, specials: objectives.Specials) -> dict[str, float]:
   stacks = 2 if objective.interface == "encdec" else 1
   forward = 2 * (matmul + vocab_proj) + 4 * stacks * layers * seq_len * embed
   per_token = 3.0 * forward + 2.0 * (frozen_matmul + frozen_proj)
+  if hasattr(objective, "flops_per_token"):  # no matmul-shaped model
+    per_token = float(objective.flops_per_token())
   tokens = float(int(config.steps) * int(config.batch_size) * seq_len)
   return {"flops_per_token": per_token, "tokens": tokens,
           "flops_total": per_token * tokens,

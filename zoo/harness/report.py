@@ -69,6 +69,9 @@ def _row(record: dict) -> dict:
           "footprint": record["views"].get("footprint"),
           "scoring": record["views"]["minimal_pairs"].get("method", ""),
           "views": {v: view_summary(record["views"][v]) for v in VIEWS},
+          # Why a view does not apply to the row ("n/a" in the tables).
+          "skipped": {v: record["views"][v]["skipped"] for v in VIEWS
+                      if record["views"][v].get("skipped")},
           # A random-init row read as other rows of its family are.
           "read_as": {v.partition("@")[2]: view_summary(result)
                       for v, result in record["views"].items()
@@ -366,6 +369,14 @@ def _read_as_lines(results: dict) -> list[str]:
   return out + [""] if out else []
 
 
+def _skipped_lines(results: dict) -> list[str]:
+  """A footnote for every view that does not apply to a row."""
+  out = [f"- n/a: {r['name']}, {TITLES[v]}: {why}."
+         for r in results["rows"]
+         for v, why in sorted(r.get("skipped", {}).items())]
+  return out + [""] if out else []
+
+
 def markdown(results: dict) -> str:
   """The results as GitHub markdown, with a legend."""
   seeds = len(results["seeds"])
@@ -382,6 +393,7 @@ def markdown(results: dict) -> str:
       "all layers, mean-pooled). Few-shot: full fine-tuning on K examples "
       "per class, text-to-text rows ranked over the label strings."), ""]
   lines += _read_as_lines(results)
+  lines += _skipped_lines(results)
   lines += verdicts(results) + [""]
   lines += compression_table(results)
   lines += pretrain_table(results)
