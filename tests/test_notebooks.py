@@ -24,8 +24,8 @@ def _env(cache: str) -> dict:
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
-  """A finished smoke grid of the MLM row (and its random init): its
-  workdir, a checkpoint and the env to use."""
+  """A finished smoke grid of the MLM row (and its random init), and a
+  tiny word2vec run: their workdirs, a checkpoint and the env to use."""
   root = tmp_path_factory.mktemp("nb")
   workdir, env = str(root / "harness"), _env(str(root / "jax_cache"))
   proc = subprocess.run(
@@ -34,8 +34,16 @@ def harness(tmp_path_factory):
        "--workdir", workdir],
       cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stderr[-3000:]
+  static = str(root / "static")  # the embeddings notebook's static foil
+  proc = subprocess.run(
+      [sys.executable, "-m", "zoo.train", "--config",
+       os.path.join(REPO, "configs/word2vec_skipgram.py:tiny"),
+       "--workdir", static],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stderr[-3000:]
   env.update(ZOO_HARNESS=workdir, ZOO_TASK="trec", ZOO_FT_STEPS="12",
-             ZOO_CHECKPOINT=os.path.join(workdir, "cells", "mlm"))
+             ZOO_CHECKPOINT=os.path.join(workdir, "cells", "mlm"),
+             ZOO_STATIC=static)
   return env
 
 
@@ -69,6 +77,8 @@ def test_notebook_executes(path, harness, monkeypatch):
   name = os.path.basename(path)
   if name.startswith("probe"):
     assert "cosine of the contextual vectors" in text and "step 8" in text
+    assert "word2vec vectors of 32 dimensions" in text
+    assert "[[1. 1. 1.]" in text  # one static vector in every context
   elif name.startswith("compare"):
     assert "few_shot: best" in text and "tasks: ['trec']" in text
   else:
