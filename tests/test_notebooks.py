@@ -22,25 +22,25 @@ def _env(cache: str) -> dict:
   return child_env(cache, 1)
 
 
+def _run(tool: str, config: str, workdir: str, env: dict) -> None:
+  """`python -m <tool> --config <config> --workdir <workdir>`, which must
+  succeed."""
+  proc = subprocess.run(
+      [sys.executable, "-m", tool, "--config", os.path.join(REPO, config),
+       "--workdir", workdir],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
   """A finished smoke grid of the MLM row (and its random init), and a
   tiny word2vec run: their workdirs, a checkpoint and the env to use."""
   root = tmp_path_factory.mktemp("nb")
   workdir, env = str(root / "harness"), _env(str(root / "jax_cache"))
-  proc = subprocess.run(
-      [sys.executable, "-m", "zoo.compare", "--config",
-       os.path.join(REPO, "configs/compare/smoke.py:only=mlm"),
-       "--workdir", workdir],
-      cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-  assert proc.returncode == 0, proc.stderr[-3000:]
+  _run("zoo.compare", "configs/compare/smoke.py:only=mlm", workdir, env)
   static = str(root / "static")  # the embeddings notebook's static foil
-  proc = subprocess.run(
-      [sys.executable, "-m", "zoo.train", "--config",
-       os.path.join(REPO, "configs/word2vec_skipgram.py:tiny"),
-       "--workdir", static],
-      cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-  assert proc.returncode == 0, proc.stderr[-3000:]
+  _run("zoo.train", "configs/word2vec_skipgram.py:tiny", static, env)
   env.update(ZOO_HARNESS=workdir, ZOO_TASK="trec", ZOO_FT_STEPS="12",
              ZOO_CHECKPOINT=os.path.join(workdir, "cells", "mlm"),
              ZOO_STATIC=static)
