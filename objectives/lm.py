@@ -1,4 +1,5 @@
-"""Language-model schemes: `clm` (GPT), `prefix_lm` (T5), `bilm` (ELMo).
+"""Language-model schemes: `clm` (GPT), `prefix_lm` (T5), `bilm` (ELMo),
+`awd_lm` (AWD-LSTM, ULMFiT's pre-training).
 
 Packed rows keep their documents apart: the models attend within equal
 `segment_ids` (the batch's `doc_ids`), positions restart at each document,
@@ -165,3 +166,45 @@ class BiLM(common.Scheme):
                             bwd_w[:, ::-1])
     both = {k: fwd[k] + bwd[k] for k in fwd}
     return {"lm": both, "forward": fwd, "backward": bwd}
+
+
+def activation_sums(x, weights):
+  """Sums of squares of x [B,T,D] over positions weights [B,T] (bool),
+  as `common.token_sums` counts: the mean is over every element."""
+  w = weights.astype(jnp.float32)
+  return {"loss_sum": (jnp.square(x).sum(-1) * w).sum(),
+          "weight_sum": w.sum() * x.shape[-1]}
+
+
+@register
+class AWDLM(common.Scheme):
+  """AWD-LSTM's language model (ULMFiT's pre-training): next-token
+  prediction plus the paper's activation penalties on the last layer,
+  AR, `ar` * mean(dropped output^2), and TAR, `tar` * mean((h_t -
+  h_{t-1})^2) over consecutive positions of one document (the output
+  before dropout); Merity et al. 2018 use 2 and 1."""
+  name = "awd_lm"
+  interfaces = ("decoder",)
+  defaults = {"ar": 2.0, "tar": 1.0}
+
+  def setup(self):
+    self.part_weights = {"lm": 1.0, "ar": self.options["ar"],
+                         "tar": self.options["tar"]}
+    if self.family != "awd_lstm":
+      raise ValueError(f"objective 'awd_lm' reads an AWD-LSTM's outputs; "
+                       f"{self.family!r} has none (use clm)")
+
+  def corrupt(self, batch, rng):
+    return batch
+
+  def model_inputs(self, inputs):
+    return (inputs["tokens"],), doc_inputs(inputs)
+
+  def score(self, params, inputs, outputs, rng, deterministic):
+    tok, doc = inputs["tokens"], inputs["doc_ids"]
+    targets, weights = common.next_token_targets(tok, doc)
+    h = outputs["hidden"]
+    step = (doc[:, 1:] == doc[:, :-1]) & (doc[:, 1:] > 0)
+    return {"lm": common.token_sums(outputs["logits"], targets, weights),
+            "ar": activation_sums(outputs["dropped"], doc > 0),
+            "tar": activation_sums(h[:, 1:] - h[:, :-1], step)}

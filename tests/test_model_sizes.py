@@ -66,10 +66,11 @@ def test_every_size_traces_a_train_step(family, size):
 def _scanned(family, size):
   """`(obj, batch)` with the layers as one `nn.scan` where the family
   offers it (the same params, stacked): an unrolled large size takes
-  minutes to compile on a CPU, a scanned one seconds. ELMo's first LSTM
-  layer differs from the rest, so its layers never scan; its few LSTM
-  layers compile fast unrolled."""
-  scans = "scan_layers" in common.config_fields(family) and family != "elmo"
+  minutes to compile on a CPU, a scanned one seconds. ELMo's and
+  AWD-LSTM's layers differ from one another, so they never scan; their
+  few LSTM layers compile fast unrolled."""
+  scans = ("scan_layers" in common.config_fields(family)
+           and family not in models.NEVER_SCANNED)
   return _scheme(family, size, **({"scan_layers": True} if scans else {}))
 
 

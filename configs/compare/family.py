@@ -21,7 +21,8 @@ PREFERRED = {
     "nsp": "bert", "sop": "albert", "structbert": "bert",
     "quick_thought": "bert", "clm": "gpt2", "prefix_lm": "gpt2",
     "bilm": "elmo", "unilm": "unilm", "mass": "bart", "bart": "bart",
-    "electra": "electra", "plm": "xlnet", "skipgram": "word2vec",
+    "electra": "electra", "plm": "xlnet", "awd_lm": "awd_lstm",
+    "skipgram": "word2vec",
     "cbow": "word2vec",
 }
 FALLBACK = ("bert", "gpt2", "t5", "bart", "electra", "elmo", "unilm",

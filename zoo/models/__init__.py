@@ -38,6 +38,7 @@ FAMILIES = {
     "longformer": "zoo.models.longformer",
     "reformer": "zoo.models.reformer",
     "mobilebert": "zoo.models.mobilebert",
+    "awd_lstm": "zoo.models.awd_lstm",
     "word2vec": "zoo.models.static",
     "fasttext": "zoo.models.static",
 }
@@ -82,6 +83,8 @@ SCAN_FROM_LAYERS = 12
 # TPU, cuDNN) take no dropout, and at this scale it buys little. Set
 # `attention_dropout_rate` to keep the paper's 0.1.
 NO_ATTENTION_DROPOUT = ("large",)
+# Families whose layers cannot scan: their layers differ from one another.
+NEVER_SCANNED = ("elmo", "awd_lstm")
 
 
 def make_config(family: str, size: str = "tiny", **overrides):
@@ -109,7 +112,7 @@ def make_config(family: str, size: str = "tiny", **overrides):
   kwargs.update(overrides)
   config = mod.Config(**kwargs)
   if ("scan_layers" in fields and "scan_layers" not in overrides
-      and family not in ("elmo", "albert")  # unscannable, shared
+      and family not in NEVER_SCANNED + ("albert",)  # ALBERT's: shared
       and getattr(config, "num_layers", 0) >= SCAN_FROM_LAYERS):
     config = dataclasses.replace(config, scan_layers=True)
   return config

@@ -54,6 +54,27 @@ def keep_mask(key: Array, rate: float, shape: tuple[int, ...]) -> Array:
   return bits >= threshold
 
 
+def drop(key: Array, x: Array, rate: float, shape: tuple[int, ...]) -> Array:
+  """Inverted dropout of `x` with one keep bit per element of `shape`,
+  broadcast over x (a [B, 1, D] shape drops the same features at every
+  position: locked dropout).
+
+  Args:
+    key: a jax random key.
+    x: the array.
+    rate: drop probability in [0, 1).
+    shape: the mask's shape, broadcastable to x's.
+
+  Returns:
+    x with the dropped elements zeroed and the rest scaled by 1/(1 - rate).
+  """
+  if rate == 0.0:
+    return x
+  keep = keep_mask(key, rate, shape)
+  return jnp.where(keep, x * jnp.asarray(1.0 / (1.0 - rate), x.dtype),
+                   jnp.zeros((), x.dtype))
+
+
 class Dropout(nn.Module):
   """Inverted dropout with the counter-hash mask (same face as flax's).
 

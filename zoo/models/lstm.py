@@ -9,6 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo.models import dropout
 from zoo.models import layers as layers_lib
 
 
@@ -37,6 +38,8 @@ class LSTM(nn.Module):
     proj_dim: D projected state width; 0 = no projection (state width C).
     cell_clip / proj_clip: clip bounds; 0 = no clipping.
     reverse: run right to left (a backward LM).
+    weight_drop: DropConnect on the state-to-state kernel (AWD-LSTM): each
+      weight dropped at this rate, one mask for every step of a call.
   """
   cells: int
   proj_dim: int = 0
@@ -44,10 +47,12 @@ class LSTM(nn.Module):
   proj_clip: float = 0.0
   reverse: bool = False
   dtype: str = "float32"
+  weight_drop: float = 0.0
 
   @nn.compact
-  def __call__(self, x, segment_ids):
-    """x [B,T,Din] float, segment_ids [B,T] int32 -> states [B,T,D] f32."""
+  def __call__(self, x, segment_ids, deterministic: bool = True):
+    """x [B,T,Din] float, segment_ids [B,T] int32 -> states [B,T,D] f32;
+    not `deterministic`, `weight_drop` draws from the "dropout" rng."""
     c, d = self.cells, self.proj_dim or self.cells
     init = nn.initializers.lecun_normal()
     w_in = param(self, "input_kernel", init, (x.shape[-1], 4 * c),
@@ -57,6 +62,9 @@ class LSTM(nn.Module):
     bias = param(self, "bias", _forget_bias_init, (4 * c,), ("lstm",))
     w_proj = (param(self, "proj_kernel", init, (c, d), ("lstm", "embed"))
               if self.proj_dim else None)
+    if self.weight_drop and not deterministic:
+      w_state = dropout.drop(self.make_rng("dropout"), w_state,
+                             self.weight_drop, w_state.shape)
     if self.reverse:
       x, segment_ids = x[:, ::-1], segment_ids[:, ::-1]
     xw = dot("btd,dg->btg", x, w_in, self.dtype) + bias
