@@ -42,12 +42,19 @@ def tiny_batch(seq_len=48, batch_size=4, seed=0):
 
 
 def build(name, model, **options):
-  """The scheme bound to the family's tiny size, dropout off."""
+  """The scheme bound to the family's tiny size, dropout off (and a
+  made-up corpus for the word2vec schemes, `corpus_options`)."""
   args = dict(options.pop("model_args", {}))
-  args.setdefault("dropout_rate", 0.0)
-  args.setdefault("num_layers", 1)  # compile time dominates these tests
-  if "attention_dropout_rate" in common.config_fields(model):
-    args.setdefault("attention_dropout_rate", 0.0)
+  fields = common.config_fields(model)
+  defaults = dict.fromkeys(("dropout_rate", "attention_dropout_rate",
+                            "hidden_dropout", "input_dropout",
+                            "embed_dropout", "weight_drop"), 0.0)
+  defaults["num_layers"] = 1  # compile time dominates these tests
+  for field, value in defaults.items():
+    if field in fields:
+      args.setdefault(field, value)
+  options = dict(corpus_options(name, model, "tiny", VOCAB, **args),
+                 **options)
   return objectives.build(name, model, "tiny", SPECIALS, model_args=args,
                           **options)
 

@@ -41,7 +41,7 @@ def _update(obj, batch, params, rng):
   """One SGD step: the updated params and the loss before it."""
   (loss, _), grads = jax.value_and_grad(obj.loss, has_aux=True)(
       params, batch, rng)
-  return jax.tree.map(lambda p, g: p - 1e-3 * g, params, grads), loss
+  return jax.tree.map(lambda p, g: p - 1e-3 * g, params, grads), loss, grads
 
 
 def test_every_family_has_a_scheme():
@@ -56,8 +56,8 @@ TRACED = [x for x in SIZES if x[1] != "large"]
 def test_every_size_traces_a_train_step(family, size):
   obj, batch = _scheme(family, size)
   params = jax.eval_shape(obj.init, jax.random.key(0), batch)
-  new, loss = jax.eval_shape(functools.partial(_update, obj, batch), params,
-                             jax.random.key(1))
+  new, loss, _ = jax.eval_shape(functools.partial(_update, obj, batch),
+                                params, jax.random.key(1))
   assert loss.shape == () and loss.dtype == jnp.float32
   assert jax.tree.structure(new) == jax.tree.structure(params)
   assert sum(x.size for x in jax.tree.leaves(params)) > 0
@@ -93,19 +93,18 @@ RUN, COMPILED = _split()
 @pytest.mark.slow
 @pytest.mark.parametrize("family,size", RUN)
 def test_smallest_released_size_runs_a_train_step(family, size):
-  """Init and the step compile apart (each compiles faster alone); two
-  steps move most params."""
+  """Init and the step compile apart (each compiles faster alone)."""
   obj, batch = _scanned(family, size)
   params = jax.jit(obj.init)(jax.random.key(0), batch)
   update = jax.jit(functools.partial(_update, obj, batch))
-  new, loss = update(params, jax.random.key(1))
-  # A second step: word2vec's output table starts at zero, so its first
-  # step moves that table only.
-  new, _ = update(new, jax.random.key(2))
+  new, loss, _ = update(params, jax.random.key(1))
   assert np.isfinite(float(loss))
-  changed = [bool((a != b).any()) for a, b in
-             zip(jax.tree.leaves(params), jax.tree.leaves(new))]
-  assert sum(changed) > len(changed) // 2
+  # Most params learn: their gradient after a first step is not zero
+  # (word2vec's output table starts at zero, so its input table's
+  # gradient appears only then).
+  _, _, grads = update(new, jax.random.key(2))
+  moving = [bool((g != 0).any()) for g in jax.tree.leaves(grads)]
+  assert sum(moving) > len(moving) // 2
   assert all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(new))
 
 
@@ -124,7 +123,7 @@ def test_bigger_sizes_compile_a_train_step(family, size, below):
   params = jax.eval_shape(obj.init, jax.random.key(0), batch)
   step = jax.jit(functools.partial(_update, obj, batch))
   compiled = step.lower(params, jax.random.key(1)).compile()
-  new, loss = compiled.out_info
+  new, loss, _ = compiled.out_info
   assert jax.tree.structure(new) == jax.tree.structure(params)
   assert loss.shape == () and loss.dtype == jnp.float32
   nbytes = _nbytes(params)

@@ -12,6 +12,9 @@ table, with four dropouts, each drawn once per call from the "dropout" rng:
 - weight drop: DropConnect on each LSTM's state-to-state kernel only
   (`lstm.LSTM.weight_drop`), the same dropped weights at every step.
 
+Weight drop and embedding dropout draw one mask per call, not per row:
+under gradient accumulation each microbatch draws its own.
+
 Defaults are ULMFiT's language-model dropouts (fastai's AWD-LSTM: output
 0.1, hidden 0.15, input 0.25, embedding 0.02, weights 0.2); the AWD-LSTM
 paper's Penn Treebank values are 0.4, 0.3, 0.65, 0.1, 0.5. States restart
