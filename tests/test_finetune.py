@@ -10,6 +10,7 @@ from flax import traverse_util
 
 from data.tasks import Task
 from zoo import finetune
+from zoo.finetune import ulmfit
 from zoo.finetune import arrays as finetune_arrays
 from zoo.finetune import evaluate as finetune_eval
 from zoo.finetune import steps as finetune_steps
@@ -117,6 +118,27 @@ def test_frozen_mode_trains_only_the_head(tok, topic, full):
   for k in before:
     assert before[k].tobytes() == after[k].tobytes(), k
   assert metrics["validation/accuracy"] > 80
+
+
+def test_ulmfit_recipe_keeps_frozen_groups_and_learns(tok, topic, full):
+  backbone = full[1].params["backbone"]
+  before = _flat(backbone)
+  # Nothing below the head unfreezes within the run: every backbone param
+  # stays bitwise (no gradient, no weight decay), and the head learns.
+  recipe = ulmfit.Recipe(unfreeze_every=2 * STEPS)
+  metrics, state = _run(tok, topic, "bert", backbone, "full", ulmfit=recipe)
+  after = _flat(state.params["backbone"])
+  for k in before:
+    assert before[k].tobytes() == after[k].tobytes(), k
+  assert metrics["validation/accuracy"] > 80
+  # Unfrozen one group every 5 steps, discriminative rates: the top layer
+  # moves more than the token table.
+  recipe = ulmfit.Recipe(unfreeze_every=5)
+  _, state = _run(tok, topic, "bert", backbone, "full", ulmfit=recipe)
+  after = _flat(state.params["backbone"])
+  moved = {k: np.abs(after[k] - before[k]).max() for k in before}
+  top = max(v for k, v in moved.items() if "layer_1/" in k)
+  assert 0 < moved["embeddings/token/embedding"] < top
 
 
 def test_adapters_mode_changes_only_adapters_and_head(tok, topic, full):

@@ -198,7 +198,8 @@ def finetune(family: str, config, params, task, tokenizer, *,
              eval_limit: int | None = None, beams: int = 0,
              scoring: str = "rank", teacher: "State | None" = None,
              soft_weight: float = 1.0, temperature: float = 1.0,
-             prune=None, quant=None, return_state: bool = False):
+             prune=None, quant=None, ulmfit=None,
+             return_state: bool = False):
   """Fine-tunes a backbone on a task and scores it.
 
   Args:
@@ -242,6 +243,9 @@ def finetune(family: str, config, params, task, tokenizer, *,
       step updates them with one more forward), evaluation with them
       frozen. `zoo.compress.quant.quantize_params(params["backbone"],
       params["quant_stats"])` then exports the int8 backbone.
+    ulmfit: a `zoo.finetune.ulmfit.Recipe`: ULMFiT's discriminative
+      rates (each layer group below at lr / 2.6), slanted triangular
+      schedule and gradual unfreezing, for any family.
     return_state: also return a `State`.
 
   Returns:
@@ -253,6 +257,8 @@ def finetune(family: str, config, params, task, tokenizer, *,
                             weight_decay=weight_decay,
                             adapter_dim=adapter_dim, pool=pool,
                             tagger=tagger)
+  if ulmfit is not None:
+    spec = dataclasses.replace(spec, ulmfit=ulmfit)
   # Targets pad to the cap (greedy decoding stops at eos anyway), so the
   # compiled train and generate steps do not depend on the task.
   lengths = {"inputs": max_len, "targets": max_target_len}

@@ -53,6 +53,9 @@ class Spec:
     temperature: T of the soft labels.
     quant: a `zoo.compress.quant.QuantConfig`: quantisation-aware
       fine-tuning (Q8BERT) of an encoder; None = float.
+    ulmfit: a `zoo.finetune.ulmfit.Recipe`: ULMFiT's discriminative
+      rates, gradual unfreezing and slanted triangular schedule; None =
+      one rate for all.
   """
   family: str
   config: Any
@@ -71,6 +74,7 @@ class Spec:
   soft_weight: float = 0.0
   temperature: float = 1.0
   quant: Any = None
+  ulmfit: Any = None
 
   @property
   def text_to_text(self) -> bool:

@@ -22,8 +22,9 @@ from zoo import models
 from zoo import optim
 from zoo.compress import magnitude
 from zoo.compress import quant
-from zoo.models import heads
+from zoo.finetune import ulmfit
 from zoo.finetune.spec import Spec
+from zoo.models import heads
 
 
 class TaskHead(nn.Module):
@@ -230,31 +231,39 @@ def trainable(spec: Spec, params) -> Any:
   return out
 
 
-def optimizer(spec: Spec, mask, prune: magnitude.Config | None = None
-              ) -> optax.GradientTransformation:
+def optimizer(spec: Spec, mask, prune: magnitude.Config | None = None,
+              params=None) -> optax.GradientTransformation:
   """AdamW (linear warmup then linear decay, clipping) on trainable params;
   frozen params get no optimizer state at all. `prune` adds gradual
-  magnitude pruning of the trainable matrices (`zoo.compress.magnitude`)."""
-  sched = optim.schedule(ml_collections.ConfigDict(dict(
-      lr=spec.lr, warmup_steps=spec.warmup_steps, decay="linear")),
-                         spec.steps)
+  magnitude pruning of the trainable matrices (`zoo.compress.magnitude`);
+  `spec.ulmfit` ULMFiT's recipe (`zoo.finetune.ulmfit`; its layer groups
+  read the shapes of `params`)."""
+  recipe = spec.ulmfit
+  if recipe is not None and recipe.slanted:
+    sched = ulmfit.slanted_triangular(spec.lr, spec.steps, recipe.cut_frac,
+                                      recipe.ratio)
+  else:
+    sched = optim.schedule(ml_collections.ConfigDict(dict(
+        lr=spec.lr, warmup_steps=spec.warmup_steps, decay="linear")),
+                           spec.steps)
   adamw = optax.adamw(
       sched, weight_decay=spec.weight_decay,
       mask=lambda p: jax.tree_util.tree_map(lambda x: x.ndim > 1, p))
   if prune is not None:
     adamw = magnitude.prune(adamw, prune)
   labels = jax.tree_util.tree_map(lambda t: "train" if t else "frozen", mask)
-  return optax.chain(
-      optax.clip_by_global_norm(spec.clip_norm),
-      optax.multi_transform({"train": adamw, "frozen": optax.set_to_zero()},
-                            labels))
+  inner = optax.multi_transform({"train": adamw,
+                                 "frozen": optax.set_to_zero()}, labels)
+  if recipe is not None:
+    inner = ulmfit.wrap(recipe, params, inner)
+  return optax.chain(optax.clip_by_global_norm(spec.clip_norm), inner)
 
 
 def init_opt_state(spec: Spec, params,
                    prune: magnitude.Config | None = None):
   """The optimizer state of `optimizer(spec, trainable(spec, params),
   prune)`."""
-  return optimizer(spec, trainable(spec, params), prune).init(params)
+  return optimizer(spec, trainable(spec, params), prune, params).init(params)
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames="prune")
@@ -275,8 +284,8 @@ def train_step(spec: Spec, params, opt_state, batch: dict, rng,
     return loss_fn(spec, p, batch, rng)
 
   loss, grads = jax.value_and_grad(objective)(params)
-  updates, opt_state = optimizer(spec, mask, prune).update(grads, opt_state,
-                                                           params)
+  updates, opt_state = optimizer(spec, mask, prune, params).update(
+      grads, opt_state, params)
   new = jax.tree_util.tree_map(lambda p, u, t: p + u if t else p,
                                params, updates, mask)
   if spec.quant is not None:
