@@ -171,8 +171,8 @@ def static_section(r: dict) -> list[str]:
          f"{r['triples']} Brown word-class triples passed (50 = chance); "
          "probe: the demo's probe view, average of its three tasks. Mean "
          f"over seeds [min, max]. {machine_line(r['machine'])}", "",
-         "| scheme | implementation | word classes | probe | seconds per "
-         "run |", "|---|---|---:|---:|---:|"]
+         "| scheme | implementation | word classes | probe |",
+         "|---|---|---:|---:|"]
   for scheme in dict.fromkeys(x["scheme"] for x in runs):
     for impl in ("zoo", "gensim"):
       got = [x for x in runs if x["scheme"] == scheme and x["impl"] == impl]
@@ -180,9 +180,7 @@ def static_section(r: dict) -> list[str]:
       for key in ("word_classes", "probe"):
         v = [x[key] for x in got]
         cells.append(f"{sum(v) / len(v):.1f} [{min(v):.1f}, {max(v):.1f}]")
-      secs = sum(x["seconds"] for x in got) / len(got)
-      out.append(f"| {scheme} | {impl} | {cells[0]} | {cells[1]} | "
-                 f"{secs:.0f} |")
+      out.append(f"| {scheme} | {impl} | {cells[0]} | {cells[1]} |")
   return out + [""]
 
 

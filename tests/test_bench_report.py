@@ -177,7 +177,6 @@ def test_static_record_renders_means_and_ranges_per_implementation():
   body = report.section([{"bench": "static_vs_gensim", "machine": MACHINE,
                           "size": "small", "passes": 5, "pieces": 1.7e6,
                           "triples": 1000, "runs": runs}])
-  assert "| skipgram | zoo | 61.0 [60.0, 62.0] | 72.0 [70.0, 74.0] | 10 |" \
-      in body
+  assert "| skipgram | zoo | 61.0 [60.0, 62.0] | 72.0 [70.0, 74.0] |" in body
   assert "| skipgram | gensim | 61.0 [61.0, 61.0] | 72.5 [72.0, 73.0] |" in body
   assert "2 seeds each" in body and "1.70M training pieces" in body
