@@ -29,9 +29,9 @@ import dataclasses
 from typing import Any
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
+from zoo.models import dense
 from zoo.models import dropout
 from zoo.models import lstm as lstm_lib
 
@@ -61,13 +61,6 @@ SIZES = {
     "tiny": dict(vocab_size=512, num_layers=2, embed_dim=32, hidden_dim=64),
     "small": dict(),  # ULMFiT's: 3 layers, 400 / 1152
 }
-
-
-def _uniform(scale):
-  """U(-scale, scale), the release's table init."""
-  def init(key, shape, dtype=jnp.float32):
-    return jax.random.uniform(key, shape, dtype, -scale, scale)
-  return init
 
 
 def _locked(module, x, rate, deterministic):
@@ -110,7 +103,7 @@ class Model(nn.Module):
                        "layer is narrower); set it False")
     if segment_ids is None:
       segment_ids = (tokens != cfg.pad_id).astype(jnp.int32)
-    table = lstm_lib.param(self, "token_embedding", _uniform(0.1),
+    table = lstm_lib.param(self, "token_embedding", dense.uniform_init(0.1),
                            (cfg.vocab_size, cfg.embed_dim), ("vocab", "embed"))
     x = self._embed(table, tokens, deterministic)
     h = _locked(self, x, cfg.input_dropout, deterministic)

@@ -26,6 +26,13 @@ def fan_in_init(in_dims: int = 1, scale: float = 1.0) -> Initializer:
   return init
 
 
+def uniform_init(scale: float) -> Initializer:
+  """U(-scale, scale), the table init of word2vec and AWD-LSTM."""
+  def init(key, shape, dtype=jnp.float32):
+    return jax.random.uniform(key, shape, dtype, -scale, scale)
+  return init
+
+
 def compute_dtype(name: str) -> jnp.dtype:
   """The jnp dtype of a config's `dtype` name ("float32" | "bfloat16")."""
   if name not in ("float32", "bfloat16"):

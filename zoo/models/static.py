@@ -134,13 +134,6 @@ def fold(params, config: Config, table: np.ndarray):
       "output_embedding": params["output_embedding"]}
 
 
-def _uniform(scale):
-  """word2vec's input init: uniform in [-scale, scale]."""
-  def init(key, shape, dtype=jnp.float32):
-    return jax.random.uniform(key, shape, dtype, -scale, scale)
-  return init
-
-
 class Model(nn.Module):
   """Input vectors per token; the output table for the training loss."""
   config: Config
@@ -149,7 +142,8 @@ class Model(nn.Module):
     cfg = self.config
     scale = 0.5 / cfg.embed_dim  # word2vec.c's and gensim's input init
     self.input = dense.param_with_axes(
-        self, "input_embedding", _uniform(scale), (cfg.vocab_size, cfg.embed_dim),
+        self, "input_embedding", dense.uniform_init(scale),
+        (cfg.vocab_size, cfg.embed_dim),
         ("vocab", "embed"))
     # word2vec starts the output side at zero.
     self.output = dense.param_with_axes(
@@ -157,7 +151,7 @@ class Model(nn.Module):
         (cfg.vocab_size, cfg.embed_dim), ("vocab", "embed"))
     if cfg.ngram_buckets > 0:
       self.ngram = dense.param_with_axes(
-          self, "ngram_embedding", _uniform(1.0 / cfg.embed_dim),
+          self, "ngram_embedding", dense.uniform_init(1.0 / cfg.embed_dim),
           (cfg.ngram_buckets, cfg.embed_dim), ("vocab", "embed"))
 
   def vectors(self, tokens, ngrams=None):
