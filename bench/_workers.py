@@ -60,7 +60,15 @@ class Worker:
     self._conn, child = ctx.Pipe()
     self._proc = ctx.Process(target=_serve, args=(kind, spec, warmup, child),
                              daemon=True)
-    self._proc.start()
+    # The child inherits the environment when it starts, before it imports
+    # the script that imports jax and the zoo.
+    saved = dict(os.environ)
+    os.environ.update(spec.get("env") or {})
+    try:
+      self._proc.start()
+    finally:
+      os.environ.clear()
+      os.environ.update(saved)
     self.info = self._expect("ready")
 
   def _expect(self, tag: str):

@@ -59,7 +59,14 @@ def machine_line(m: dict) -> str:
 def train_step_section(r: dict) -> list[str]:
   """Markdown lines for one `train_step` record."""
   peaks = r["peaks_flops"]
-  out = [f"Training step (forward, backward, AdamW), batch {r['batch']} x "
+  size = r.get("size")
+  sized = (f"every model at the zoo's `{size}` size (the reference at the "
+           f"same configuration), " if size else "")
+  alloc = ("the reference with glibc's default allocator, the zoo with the "
+           "one `import zoo` sets (`zoo.host_memory`); " if
+           r.get("hf_host_malloc") is False else "")
+  out = [f"Training step (forward, backward, AdamW), {sized}{alloc}"
+         f"batch {r['batch']} x "
          f"{r['seq_len']} tokens, median of {r['steps']} timed step(s) after "
          f"warm-up; a model's runs take turns (an untimed step, then a timed "
          f"one). {machine_line(r['machine'])} Matmul peak (best of start "
@@ -75,7 +82,8 @@ def train_step_section(r: dict) -> list[str]:
                if k.startswith("zoo_"))
     for key, row in rows.items():
       ceiling = row["step_s"] * top / (row["model_tflops_per_step"] * 1e12)
-      out.append(f"| {name} | {key} | {row['step_s'] * 1e3:.1f} | "
+      label = f"{name.split('-')[0]} {size}" if size else name
+      out.append(f"| {label} | {key} | {row['step_s'] * 1e3:.1f} | "
                  f"{row['tokens_per_s']:.0f} | {row['mfu']:.3f} | "
                  f"{best / row['tokens_per_s']:.2f} | {ceiling:.2f} |")
   out += ["", "The last column bounds any speed-up over that run on this "

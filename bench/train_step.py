@@ -11,7 +11,10 @@ For each model: tokens/s of forward + backward + AdamW update of
 - transformers' PyTorch model of the same configuration with
   `torch.optim.AdamW`, in float32 and under `torch.autocast("cpu",
   bfloat16)`.
-Both run with dropout on (training mode) and the same thread count. Each
+Both run with dropout on (training mode) and the same thread count; the
+reference with glibc's default allocator, the zoo with the settings
+`import zoo` makes (`zoo.host_memory`; `--hf_host_malloc` gives them to
+the reference too). Each
 run of a model gets its own worker process; all are compiled and warmed up
 first, then they take turns (an untimed step, then a timed one, each;
 `--steps` rounds), so a drift in the machine's speed (a shared host)
@@ -65,6 +68,9 @@ def parse_args(argv):
                  help="zoo only: no dropout on attention probabilities, "
                       "which fused kernels need (dropout forces einsum)")
   p.add_argument("--scan_layers", action="store_true")
+  p.add_argument("--hf_host_malloc", action="store_true",
+                 help="give the reference the zoo's allocator settings "
+                      "(zoo.host_memory); by default it runs with glibc's")
   args = p.parse_args(argv)
   args.models = [m for m in args.models.split(",") if m]
   unknown = sorted(set(args.models) - set(_zoo.SPECS))
@@ -106,7 +112,10 @@ def run_model(name, args, peaks):
     workers = []
     try:
       for kind, dtype in runs:
-        workers.append(_workers.Worker(kind, dict(spec, dtype=dtype), warmup))
+        env = {} if kind == "zoo" or args.hf_host_malloc else {
+            "ZOO_HOST_MALLOC": "0"}
+        workers.append(_workers.Worker(kind, dict(spec, dtype=dtype, env=env),
+                                       warmup))
       # One FLOP count per model: the first zoo run's (bf16 adds casts).
       flops = workers[0].info["flops"]
       seconds = _common.interleaved_medians(_workers.steppers(workers),
@@ -204,6 +213,7 @@ def _emit(args, info, peaks, results):
   """The run's JSON record so far (`bench/report.py` reads the last one)."""
   _common.emit_json("train_step", {
       "machine": info, "peaks_flops": peaks, "batch": args.batch,
+      "size": args.size or None, "hf_host_malloc": args.hf_host_malloc,
       "seq_len": args.seq_len, "steps": args.steps, "results": results})
 
 

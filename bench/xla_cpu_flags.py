@@ -1,11 +1,12 @@
-"""The zoo's tiny training steps under XLA CPU compiler options, in turns.
+"""The zoo's tiny training steps under XLA CPU options or environments, in turns.
 
     python bench/xla_cpu_flags.py [--models bert-base,gpt2-small,t5-small]
         [--size tiny] [--batch 32] [--seq_len 128] [--steps 9]
         [--variants "default;--xla_cpu_experimental_ynn_fusion_type=-reduce"]
 
-Each variant is a set of `XLA_FLAGS` given to its own worker process (the
-flags are read when jax starts); the workers build the same step
+Each variant is a set of `XLA_FLAGS` (`--name=value` words) and
+environment variables (`NAME=value` words, e.g. `ZOO_HOST_MALLOC=0`)
+given to its own worker process before it imports jax and the zoo; the workers build the same step
 (`_zoo.prepare_step`: the one trainer's jitted, donated step) and take
 turns (`_common.interleaved_medians`), so the host's drift falls on every
 variant alike. The last line prints each variant's step time relative to
@@ -50,8 +51,10 @@ def run_model(name: str, args) -> dict[str, float]:
   workers = []
   try:
     for flags in args.variants:
-      xla = "" if flags == "default" else flags
-      workers.append(_workers.Worker("zoo", dict(spec, xla_flags=xla),
+      words = [] if flags == "default" else flags.split()
+      xla = " ".join(w for w in words if w.startswith("--"))
+      env = dict(w.split("=", 1) for w in words if not w.startswith("--"))
+      workers.append(_workers.Worker("zoo", dict(spec, xla_flags=xla, env=env),
                                      args.warmup, label=flags))
     return _common.interleaved_medians(_workers.steppers(workers),
                                        args.steps, 0)

@@ -18,8 +18,14 @@ def count(name, **kw):
   if name.endswith("/cache_hits"): events["hits"] += 1
   if name.endswith("/cache_misses"): events["misses"] += 1
 jax.monitoring.register_event_listener(count)
+compile_cache.watch()
 events["folder"] = compile_cache.enable()
-jax.jit(lambda x: jnp.tanh(x) @ x.T)(jnp.ones((8, 8))).block_until_ready()
+f = jax.jit(lambda x: jnp.tanh(x) @ x.T)
+f(jnp.ones((8, 8))).block_until_ready()
+events["seconds"] = compile_cache.compile_seconds()
+f(jnp.ones((8, 8))).block_until_ready()  # compiled: no time added
+events["again"] = compile_cache.compile_seconds() - events["seconds"]
+events["zoo_hits"] = compile_cache.cache_hits()
 print(json.dumps(events))
 """
 
@@ -47,6 +53,15 @@ def test_a_second_process_hits_the_cache_the_first_filled(tmp_path):
   assert os.listdir(cache)
   second = _child(cache)
   assert second["hits"] == first["misses"] and second["misses"] == 0
+  assert second["zoo_hits"] == second["hits"] and first["zoo_hits"] == 0
+  for run in (first, second):
+    assert run["seconds"] > 0 and run["again"] == 0
+
+
+def test_compile_seconds_count_nested_spans_once(monkeypatch):
+  monkeypatch.setitem(compile_cache._watch, "spans",  # pylint: disable=protected-access
+                      [(0.0, 4.0), (1.0, 2.0), (3.0, 5.0), (7.0, 8.0)])
+  assert compile_cache.compile_seconds() == 6.0
 
 
 def test_off_by_the_environment_and_defaults_under_the_data_dir(monkeypatch):

@@ -2,7 +2,13 @@
 
 `zoo.load(path)` opens a trained workdir or a Hugging Face folder (see
 `zoo.loading`); it is imported on first use, so `import zoo` stays light.
+Importing the package keeps freed host memory mapped for reuse
+(`zoo.host_memory`, before JAX starts its threads).
 """
+
+from zoo import host_memory as _host_memory
+
+_host_memory.keep()
 
 
 def __getattr__(name):

@@ -28,9 +28,17 @@ import os
 from typing import Iterator
 
 import jax
+from jax import monitoring
 from jax.experimental.compilation_cache import compilation_cache as cc
 
 ENV = "ZOO_COMPILE_CACHE"
+# JAX's spans of one compilation: tracing, lowering, and the backend's
+# compile (a read from the persistent cache happens inside the last).
+COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
+                  "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                  "/jax/core/compile/backend_compile_duration")
+HIT_EVENT = "/jax/compilation_cache/cache_hits"
+_watch = {"on": False, "spans": [], "hits": 0}
 _OFF = ("0", "off", "false", "none", "no")
 
 
@@ -76,3 +84,38 @@ def suspended() -> Iterator[None]:
   finally:
     jax.config.update("jax_enable_compilation_cache", enabled)
     cc.reset_cache()
+
+
+def _on_span(event: str, start: float, end: float, **_) -> None:
+  if event in COMPILE_EVENTS:
+    _watch["spans"].append((start, end))
+
+
+def _on_event(event: str, **_) -> None:
+  if event == HIT_EVENT:
+    _watch["hits"] += 1
+
+
+def watch() -> None:
+  """Starts counting this process's compile time and cache hits (once)."""
+  if not _watch["on"]:
+    monitoring.register_event_time_span_listener(_on_span)
+    monitoring.register_event_listener(_on_event)
+    _watch["on"] = True
+
+
+def compile_seconds() -> float:
+  """Wall seconds spent compiling since `watch()`: the union of JAX's
+  tracing, lowering and compile spans (a jit traced inside another's trace
+  counts once), persistent-cache reads included."""
+  total, reach = 0.0, float("-inf")
+  for start, end in sorted(_watch["spans"]):
+    if end > reach:
+      total += end - max(start, reach)
+      reach = end
+  return total
+
+
+def cache_hits() -> int:
+  """Programs read back from the persistent cache since `watch()`."""
+  return _watch["hits"]

@@ -47,6 +47,7 @@ import ml_collections
 
 import objectives
 from zoo import checkpoint as ckpt_lib
+from zoo import compile_cache
 from zoo import distributed
 from zoo import models
 from zoo import scoring
@@ -320,13 +321,14 @@ def corpus_tokens(grid, tokenizer) -> int | None:
 
 def pretrain(grid, cell: Cell, celldir: str, tokenizer) -> dict[str, Any]:
   """Pre-trains the cell (resuming); returns its record: final train
-  metrics, "tokens", "passes" over the corpus and "seconds" of wall time."""
+  metrics, "tokens", "passes" over the corpus, "seconds" of wall time and
+  "compile_seconds" of it spent compiling."""
   path = os.path.join(celldir, "pretrain.json")
   done = read_json(path)
   if done is not None:
     return done
   config = compressed.resolve(cell_config(grid, cell), celldir)
-  start = time.time()
+  start, compiling = time.time(), compile_cache.compile_seconds()
   final = train_mod.train(config, celldir)
   if "loss" not in final:  # killed after its last save: the last log line
     rows = read_metrics(celldir, "train")
@@ -337,7 +339,8 @@ def pretrain(grid, cell: Cell, celldir: str, tokenizer) -> dict[str, Any]:
   tokens = int(config.steps) * int(config.batch_size) * int(config.seq_len)
   corpus = corpus_tokens(grid, tokenizer)
   record.update(tokens=float(tokens), seconds=time.time() - start,
-                passes=tokens / corpus if corpus else None)
+                passes=tokens / corpus if corpus else None,
+                compile_seconds=compile_cache.compile_seconds() - compiling)
   write_json(path, record)
   return record
 

@@ -70,8 +70,9 @@ def merge(per_seed: list[dict]) -> dict:
     return out
   out["views"] = {v: _merge_view([r["views"][v] for r in per_seed])
                   for v in per_seed[0]["views"]}
-  out["seconds"] = {k: float(sum(r["seconds"][k] for r in per_seed))
-                    for k in per_seed[0]["seconds"]}
+  for key in ("seconds", "compile_seconds"):
+    out[key] = {k: float(sum(r.get(key, {}).get(k, 0.0) for r in per_seed))
+                for k in per_seed[0].get(key, {})}
   if per_seed[0]["pretrain"]:
     keys = [k for k, v in per_seed[0]["pretrain"].items()
             if isinstance(v, (int, float))]
