@@ -399,6 +399,39 @@ def test_family_grid_runs_a_chosen_subset():
     family.get_config("only=nope")
 
 
+def test_a_family_fine_tunes_by_its_own_recipe_random_init_included():
+  grid = family.get_config("only=awd_lm+clm")
+  parsed = {c.name: c for c in cells.check_grid(grid)}
+  for name in ("awd_lm", "random_awd_lstm"):
+    recipe = harness_run.view_recipe(grid, parsed[name], "few_shot")
+    assert recipe["head"] == "ulmfit" and recipe["ulmfit"]["unfreeze_every"]
+    assert "by_family" not in recipe
+  plain = harness_run.view_recipe(grid, parsed["clm"], "few_shot")
+  assert "head" not in plain and "by_family" not in plain
+  # Another family's recipe leaves a row's fingerprint as it was.
+  before = harness_run.view_key(family.get_config("only=clm"),
+                                parsed["clm"], "few_shot")
+  assert before == harness_run.view_key(grid, parsed["clm"], "few_shot")
+  grid.few_shot.by_family = {"bert": {"head": "ulmfit"}}
+  with pytest.raises(ValueError, match=r"by_family names families \['bert'\]"):
+    cells.check_grid(grid)
+
+
+def test_ulmfit_row_fine_tunes_through_its_head(tmp_path):
+  """The AWD-LSTM pre-trained by awd_lm and its random init, both
+  fine-tuned with ULMFiT's head and recipe, read by every view."""
+  grid = smoke.get_config()
+  grid.cells = [dict(name="awd_lm", objective="awd_lm", model="awd_lstm")]
+  grid.few_shot.by_family = dict(family.BY_FAMILY)
+  results = harness_run.run(grid, str(tmp_path))
+  rows = {r["name"]: r for r in results["rows"]}
+  assert list(rows) == ["awd_lm", "random_awd_lstm"]
+  for row in rows.values():
+    for name in ("minimal_pairs", "probe", "few_shot"):
+      mean, low, high = row["views"][name]["average"]
+      assert 0 <= low <= mean <= high <= 100, (row["name"], name)
+
+
 def test_demo_grid_runs_one_row_at_another_budget():
   grid = demo.get_config("tokens=7700000,only=mlm")
   names = [c.name for c in cells.parse_cells(grid)]

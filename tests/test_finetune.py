@@ -214,6 +214,18 @@ def test_span_head_scores_decoded_answers(tok):
   assert metrics["validation/f1"] > 30
 
 
+def test_ulmfit_head_classifies_from_an_awd_lstm_decoder(tok, topic):
+  config = _config(tok, "awd_lstm", embed_dropout=0.0, input_dropout=0.0,
+                   hidden_dropout=0.0, dropout_rate=0.0, weight_drop=0.0)
+  metrics, state = _run(tok, topic, "awd_lstm", None, "full", head="ulmfit",
+                        config=config, ulmfit=dict(layer_decay=2.6))
+  assert state.spec.interface == "encoder" and not state.spec.text_to_text
+  assert set(state.params["head"]) == {"ulmfit"}
+  assert metrics["validation/accuracy"] > 80
+  with pytest.raises(ValueError, match="the ulmfit head classifies"):
+    _run(tok, topic, "t5", None, "full", head="ulmfit", steps=1)
+
+
 def test_decoder_generates_labels_after_a_separator(tok, topic):
   metrics, state = _run(tok, topic, "gpt2", None, "full", max_len=24,
                         max_target_len=8,

@@ -41,10 +41,35 @@ def test_pool_mean_ignores_padding_and_cls_takes_first():
   last = heads.pool(h, MASK, "last")
   for b, n in enumerate(LENGTHS):
     np.testing.assert_array_equal(last[b], h[b, n - 1])
-  with pytest.raises(ValueError, match="unknown pooling 'max'"):
-    heads.pool(h, MASK, "max")
+  with pytest.raises(ValueError, match="unknown pooling 'sum'"):
+    heads.pool(h, MASK, "sum")
   with pytest.raises(ValueError, match="mask shape"):
     heads.pool(h, MASK[:, :3], "mean")
+
+
+def test_concat_pool_is_last_max_and_mean_of_real_tokens():
+  h = _hidden()
+  got = heads.pool(h, MASK, "concat")
+  chex.assert_shape(got, (B, 3 * D))
+  for b, n in enumerate(LENGTHS):
+    want = np.concatenate([h[b, n - 1], h[b, :n].max(0), h[b, :n].mean(0)])
+    np.testing.assert_allclose(got[b], want, rtol=1e-5, atol=1e-6)
+  empty = jnp.zeros((1, T), bool)
+  assert np.all(np.asarray(heads.pool(h[:1], empty, "max")) == 0)
+
+
+def test_ulmfit_classifier_reads_real_tokens_only():
+  head = heads.ConcatPoolClassifier(5, hidden_dim=7)
+  h = _hidden()
+  params, logits = _run(head, h, MASK)
+  chex.assert_shape(logits, (B, 5))
+  assert nn.meta.unbox(params)["params"]["dense_0"]["kernel"].shape == (
+      3 * D, 7)
+  other = head.apply(params, _scramble_padding(h), MASK)
+  np.testing.assert_allclose(logits, other, atol=1e-5)
+  dropped = head.apply(params, h, MASK, deterministic=False,
+                       rngs={"dropout": jax.random.key(3)})
+  assert np.abs(dropped - logits).max() > 1e-4
 
 
 @pytest.mark.parametrize("pool", ["cls", "last", "mean"])
@@ -174,6 +199,7 @@ def test_adapter_mask_on_boxed_params_mirrors_unboxed_tree():
 def test_every_head_param_has_valid_logical_axes():
   h = _hidden()
   mods = [(heads.SequenceClassifier(4, pre_dense=True), (h, MASK)),
+          (heads.ConcatPoolClassifier(4), (h, MASK)),
           (heads.TokenTagger(4, "bilstm", 4), (h, MASK)),
           (heads.SpanQA(), (h, MASK)), (heads.ScalarMix(2), ([h, h],))]
   mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})

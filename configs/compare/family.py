@@ -44,6 +44,12 @@ TEACHER_SCHEMES = ("distil", "tinybert")
 
 # Cells beyond one per scheme: a family whose paper's point is an option of
 # a shared scheme.
+# Fine-tuning a family's rows (its random init included) by its paper's
+# recipe: ULMFiT's concat-pooling classifier, discriminative rates,
+# slanted triangular schedule and gradual unfreezing (one layer group
+# every 10 of the steps) for the AWD-LSTM.
+BY_FAMILY = {"awd_lstm": dict(head="ulmfit", ulmfit=dict(unfreeze_every=10))}
+
 EXTRA = (dict(name="clm_memory", objective="clm", model="transfo_xl",
               objective_args=dict(memory=True)),
          dict(name="fasttext", objective="skipgram", model="fasttext"))
@@ -75,4 +81,8 @@ def get_config(arg: str | None = None):
            if name not in aliases and name not in TEACHER_SCHEMES]
   g = demo.grid(cells, **demo.parse(rest))
   g.cells = list(g.cells) + [dict(c) for c in EXTRA]
-  return demo.select(g, only)
+  g = demo.select(g, only)
+  families = {c["model"] for c in g.cells}
+  g.few_shot.by_family = {f: dict(v) for f, v in BY_FAMILY.items()
+                          if f in families}
+  return g

@@ -36,6 +36,7 @@ from zoo.finetune import distill as distill_lib
 from zoo.finetune import evaluate as evaluate_lib
 from zoo.finetune import spec as spec_lib
 from zoo.finetune import steps as step_lib
+from zoo.finetune import ulmfit as ulmfit_lib
 from zoo.finetune.spec import Spec
 
 
@@ -198,7 +199,7 @@ def finetune(family: str, config, params, task, tokenizer, *,
              eval_limit: int | None = None, beams: int = 0,
              scoring: str = "rank", teacher: "State | None" = None,
              soft_weight: float = 1.0, temperature: float = 1.0,
-             prune=None, quant=None, ulmfit=None,
+             prune=None, quant=None, ulmfit=None, head: str = "auto",
              return_state: bool = False):
   """Fine-tunes a backbone on a task and scores it.
 
@@ -245,7 +246,13 @@ def finetune(family: str, config, params, task, tokenizer, *,
       params["quant_stats"])` then exports the int8 backbone.
     ulmfit: a `zoo.finetune.ulmfit.Recipe`: ULMFiT's discriminative
       rates (each layer group below at lr / 2.6), slanted triangular
-      schedule and gradual unfreezing, for any family.
+      schedule and gradual unfreezing, for any family (a dict of its
+      fields is taken too).
+    head: class and pair heads: "auto" (the family's own: a dense head on
+      an encoder's pooled states, text-to-text for decoders and
+      encoder-decoders) or "ulmfit" (ULMFiT's concat-pooling classifier,
+      `zoo.models.heads.ConcatPoolClassifier`, on an encoder's or a
+      decoder's states).
     return_state: also return a `State`.
 
   Returns:
@@ -256,8 +263,10 @@ def finetune(family: str, config, params, task, tokenizer, *,
                             lr=lr, warmup_steps=warmup_steps,
                             weight_decay=weight_decay,
                             adapter_dim=adapter_dim, pool=pool,
-                            tagger=tagger)
+                            tagger=tagger, head=head)
   if ulmfit is not None:
+    if isinstance(ulmfit, dict):
+      ulmfit = ulmfit_lib.Recipe(**ulmfit)
     spec = dataclasses.replace(spec, ulmfit=ulmfit)
   # Targets pad to the cap (greedy decoding stops at eos anyway), so the
   # compiled train and generate steps do not depend on the task.

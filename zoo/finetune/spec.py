@@ -12,6 +12,11 @@ from zoo import models
 MODES = ("full", "frozen", "adapters", "scalar_mix")
 HEAD_KINDS = ("class", "pair", "regression", "tags", "span")
 TAGGERS = ("linear", "bilstm")  # tagging heads (`heads.TokenTagger` kinds)
+# Class heads: "auto" = the family's own (a dense head on an encoder's
+# pooled states; text-to-text for decoders and encoder-decoders), "ulmfit"
+# = ULMFiT's concat-pooling classifier (`heads.ConcatPoolClassifier`) on
+# any encoder's or decoder's states.
+HEADS = ("auto", "ulmfit")
 # Backbones whose first position is no summary token: pool by mean, or at
 # the last position where the family's paper reads it there (XLNet).
 _AUTO_POOL = {"t5": "mean", "elmo": "mean", "gpt2": "mean",
@@ -56,6 +61,8 @@ class Spec:
     ulmfit: a `zoo.finetune.ulmfit.Recipe`: ULMFiT's discriminative
       rates, gradual unfreezing and slanted triangular schedule; None =
       one rate for all.
+    head: one of `HEADS`. A decoder with the "ulmfit" head is called as
+      an encoder is (tokens in, states out: `interface` "encoder").
   """
   family: str
   config: Any
@@ -75,6 +82,7 @@ class Spec:
   temperature: float = 1.0
   quant: Any = None
   ulmfit: Any = None
+  head: str = "auto"
 
   @property
   def text_to_text(self) -> bool:
@@ -100,6 +108,13 @@ def check(spec: Spec, tokenizer, lengths: dict) -> None:
     raise ValueError(f"{spec.family} is an {spec.interface} with heads for "
                      f"{HEAD_KINDS}; task kind {spec.kind!r} "
                      "needs an encoder-decoder or a decoder")
+  if spec.head not in HEADS:
+    raise ValueError(f"unknown head {spec.head!r}; use one of {HEADS}")
+  if spec.head == "ulmfit" and (spec.text_to_text
+                                or spec.kind not in ("class", "pair")):
+    raise ValueError(f"the ulmfit head classifies (class and pair tasks) "
+                     f"from an encoder's or decoder's states; this run is a "
+                     f"{spec.kind} task on {spec.family} ({spec.interface})")
   if spec.mode == "adapters" and spec.interface == "lstm":
     raise ValueError("elmo has no adapters (LSTMs); use mode 'full', "
                      "'frozen' or 'scalar_mix'")
@@ -121,12 +136,14 @@ def make_spec(family: str, config, task, *, mode: str = "full",
               steps: int = 100, lr: float = 1e-4,
               warmup_steps: int | None = None, weight_decay: float = 0.01,
               adapter_dim: int = 16, pool: str = "auto",
-              tagger: str = "linear") -> Spec:
+              tagger: str = "linear", head: str = "auto") -> Spec:
   """The `Spec` of fine-tuning `family` under `config` on `task`."""
   if mode == "adapters" and not config.adapter_dim:
     config = dataclasses.replace(config, adapter_dim=adapter_dim)
   warmup = max(1, steps // 10) if warmup_steps is None else warmup_steps
   interface = models.interface_of(family, config)
+  if head == "ulmfit" and interface == "decoder":
+    interface = "encoder"  # read through a head: tokens in, states out
   # Text-to-text runs have no head: without a label count in the spec,
   # every task of a family shares one compiled step.
   labels = 0 if interface in ("encdec", "decoder") else len(task.labels)
@@ -134,4 +151,4 @@ def make_spec(family: str, config, task, *, mode: str = "full",
     raise ValueError(f"unknown tagger {tagger!r}; one of {TAGGERS}")
   return Spec(family, config, interface, task.kind, mode, labels, steps, lr,
               warmup, weight_decay,
-              pool=resolve_pool(family, pool), tagger=tagger)
+              pool=resolve_pool(family, pool), tagger=tagger, head=head)

@@ -37,6 +37,8 @@ class TaskHead(nn.Module):
     mix_layers: L+1 to mix `outputs["layers"]`; 0 reads `outputs["hidden"]`.
     dropout_rate: head dropout.
     tagger: "linear" or "bilstm", the head of tags tasks.
+    head: "auto" (a dense head on the pooled states) or "ulmfit"
+      (`heads.ConcatPoolClassifier`, for class and pair tasks).
   """
   kind: str
   num_labels: int
@@ -44,6 +46,7 @@ class TaskHead(nn.Module):
   mix_layers: int = 0
   dropout_rate: float = 0.1
   tagger: str = "linear"
+  head: str = "auto"
 
   @nn.compact
   def __call__(self, outputs: dict, mask: jax.Array,
@@ -56,6 +59,9 @@ class TaskHead(nn.Module):
     else:
       h = outputs["hidden"]
     kw = dict(pool=self.pool, pre_dense=True, dropout_rate=self.dropout_rate)
+    if self.head == "ulmfit":
+      return heads.ConcatPoolClassifier(self.num_labels, name="ulmfit")(
+          h, mask, deterministic=deterministic)
     if self.kind in ("class", "pair"):
       return heads.SequenceClassifier(self.num_labels, **kw, name="classify")(
           h, mask, deterministic=deterministic)
@@ -73,7 +79,7 @@ def task_head(spec: Spec) -> TaskHead:
   """The `TaskHead` of a spec."""
   mix = spec.num_states if spec.mode == "scalar_mix" else 0
   return TaskHead(spec.kind, spec.num_labels, spec.pool, mix,
-                  spec.head_dropout, spec.tagger)
+                  spec.head_dropout, spec.tagger, spec.head)
 
 
 def _backbone_call(spec: Spec, params, batch: dict, deterministic: bool,

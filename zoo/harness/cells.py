@@ -23,7 +23,10 @@ A grid (`configs/compare/*.py`, `get_config(arg)`) is a ConfigDict:
   pretrain_seeds (optional): pre-training seeds, each a replica of every
     cell (`zoo.harness.seeds`); default `pretrain.seed` alone.
   minimal_pairs, probe, few_shot: the recipes of the three views
-    (`zoo.harness.minimal_pairs`, `.probe`, `.few_shot`).
+    (`zoo.harness.minimal_pairs`, `.probe`, `.few_shot`). `few_shot` may
+    hold `by_family`: {family: fine-tuning arguments} that a family's
+    rows, its random-init row included, fine-tune with on top of the rest
+    (e.g. ULMFiT's head and recipe for `awd_lstm`).
   report_split: the evaluation split the tables show.
 
 A cell's directory `DIR/cells/<name>/` is the trainer's workdir
@@ -182,13 +185,19 @@ def check_grid(grid) -> list[Cell]:
     raise ValueError(f"grid seeds {list(grid.seeds)} must be distinct and "
                      "at least one")
   seeds_lib.seeds_of(grid)  # distinct integers
+  cells = parse_cells(grid)
+  extra = set(as_plain(grid.few_shot).get("by_family", {}))
+  if extra - {c.model for c in cells}:
+    raise ValueError(f"few_shot.by_family names families "
+                     f"{sorted(extra - {c.model for c in cells})} that no "
+                     f"cell of the grid uses")
   if int(grid.budget_tokens) <= 0:
     raise ValueError(f"budget_tokens {grid.budget_tokens} must be positive")
   if grid.pretrain.data.source == "synthetic":
     raise ValueError("the harness evaluates on real text, so pre-training "
                      "needs a real text source with a tokenizer, not "
                      "'synthetic'")
-  return parse_cells(grid)
+  return cells
 
 
 def budget_steps(grid) -> int:

@@ -60,7 +60,7 @@ def _view(grid, inputs: _Inputs, view: str, loaded, cell,
   """Computes one view of a cell's backbone (a random-init row's too: every
   view reads the same random backbone); `quant` makes few-shot
   fine-tuning quantisation-aware."""
-  recipe = cells_lib.as_plain(grid.get(view.partition("@")[0]))
+  recipe = view_recipe(grid, cell, view)
   hold = compressed.hold_sparsity(cell)
   if view == "few_shot" and hold is not None:
     recipe["prune"] = hold  # a pruned row fine-tunes as sparse as it is
@@ -78,10 +78,19 @@ def _view(grid, inputs: _Inputs, view: str, loaded, cell,
                                       list(grid.seeds), inputs.split)}
 
 
+def view_recipe(grid, cell, view: str) -> dict:
+  """The grid's recipe of `view` for `cell`, as plain data: few-shot
+  fine-tuning with the cell family's `by_family` arguments on top."""
+  recipe = cells_lib.as_plain(grid.get(view.partition("@")[0]))
+  if view == "few_shot":
+    recipe.update(recipe.pop("by_family", {}).get(cell.model, {}))
+  return recipe
+
+
 def view_key(grid, cell, view: str) -> str:
   """The fingerprint of everything a view's result depends on (for a row
   reading another cell's backbone, that cell's config and the transform)."""
-  recipe = grid.get(view.partition("@")[0])
+  recipe = view_recipe(grid, cell, view)
   parts = [cells_lib.cell_config(grid, cell), recipe, list(grid.tasks),
            list(grid.seeds), grid.get("report_split", "validation"), view]
   if cell.source:

@@ -44,10 +44,12 @@ def pool(hidden: Array, mask: Array | None = None, kind: str = "cls") -> Array:
     hidden: [B,T,D] float states.
     mask: [B,T] bool, True on real tokens (None = all real).
     kind: "cls" (the first position), "last" (the last real position:
-      XLNet's summary) or "mean" (over real tokens only).
+      XLNet's summary), "mean" (over real tokens only), "max" (over real
+      tokens only) or "concat" (ULMFiT's concat pooling: last, max and
+      mean side by side).
 
   Returns:
-    [B,D] float32.
+    [B,D] float32 ([B,3D] for "concat").
   """
   if kind == "cls":
     return hidden[:, 0].astype(jnp.float32)
@@ -61,7 +63,15 @@ def pool(hidden: Array, mask: Array | None = None, kind: str = "cls") -> Array:
     keep = _padding_mask(hidden, mask)[..., None].astype(jnp.float32)
     total = jnp.sum(hidden * keep, axis=1)
     return total / jnp.maximum(jnp.sum(keep, axis=1), 1.0)
-  raise ValueError(f"unknown pooling {kind!r}; use 'cls', 'last' or 'mean'")
+  if kind == "max":
+    real = _padding_mask(hidden, mask)[..., None]
+    top = jnp.max(jnp.where(real, hidden.astype(jnp.float32), NEG_INF), 1)
+    return jnp.where(jnp.any(real, axis=1), top, 0.0)  # all-pad rows: 0
+  if kind == "concat":
+    return jnp.concatenate([pool(hidden, mask, k)
+                            for k in ("last", "max", "mean")], axis=-1)
+  raise ValueError(f"unknown pooling {kind!r}; use 'cls', 'last', 'mean', "
+                   "'max' or 'concat'")
 
 
 class SequenceClassifier(nn.Module):
@@ -92,6 +102,44 @@ class SequenceClassifier(nn.Module):
     x = layers.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     return layers.Dense(self.num_classes, ("embed", "classes"),
                         dtype=self.dtype, name="out")(x)
+
+
+class ConcatPoolClassifier(nn.Module):
+  """ULMFiT's classifier (Howard & Ruder 2018, section 3.2): concat pooling
+  of the states (last, max, mean: [B,3D]), then two blocks of
+  normalisation, dropout and a linear layer, ReLU between them.
+
+  The paper's blocks use batch normalisation; these use layer
+  normalisation, which keeps no batch statistics in the state and does not
+  depend on the (few-shot: 16-row) batch. Widths and dropouts follow the
+  released classifier: a hidden layer of 50, dropout 0.4 on the pooled
+  vector and 0.1 before the output.
+
+  Attributes:
+    num_classes: C.
+    hidden_dim: width of the intermediate layer.
+    dropout_rates: (on the pooled vector, before the output).
+    dtype: compute dtype name.
+  """
+  num_classes: int
+  hidden_dim: int = 50
+  dropout_rates: tuple[float, float] = (0.4, 0.1)
+  dtype: str = "float32"
+
+  @nn.compact
+  def __call__(self, hidden: Array, mask: Array | None = None, *,
+               deterministic: bool = True) -> Array:
+    """hidden [B,T,D], mask [B,T] bool -> logits [B,C] float32."""
+    x = pool(hidden, mask, "concat")
+    widths = (self.hidden_dim, self.num_classes)
+    for i, (width, rate) in enumerate(zip(widths, self.dropout_rates)):
+      x = layers.LayerNorm(1e-5, name=f"norm_{i}")(x)
+      x = layers.Dropout(rate)(x, deterministic=deterministic)
+      x = layers.Dense(width, ("mlp", "classes") if i else ("embed", "mlp"),
+                       dtype=self.dtype, name=f"dense_{i}")(x)
+      if i == 0:
+        x = jax.nn.relu(x)
+    return x
 
 
 class Regressor(nn.Module):
