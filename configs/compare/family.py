@@ -22,7 +22,7 @@ PREFERRED = {
     "quick_thought": "bert", "clm": "gpt2", "prefix_lm": "gpt2",
     "bilm": "elmo", "unilm": "unilm", "mass": "bart", "bart": "bart",
     "electra": "electra", "plm": "xlnet", "awd_lm": "awd_lstm",
-    "skipgram": "word2vec",
+    "skipgram": "word2vec", "skip_thought": "skip_thought",
     "cbow": "word2vec",
 }
 FALLBACK = ("bert", "gpt2", "t5", "bart", "electra", "elmo", "unilm",

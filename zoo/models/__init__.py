@@ -39,6 +39,7 @@ FAMILIES = {
     "reformer": "zoo.models.reformer",
     "mobilebert": "zoo.models.mobilebert",
     "awd_lstm": "zoo.models.awd_lstm",
+    "skip_thought": "zoo.models.skip_thought",
     "word2vec": "zoo.models.static",
     "fasttext": "zoo.models.static",
 }

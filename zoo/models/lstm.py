@@ -1,8 +1,10 @@
 """Recurrent building blocks: a one-direction LSTM (with ELMo's projection
-and clipping) and a BiLSTM, both restarting at segment boundaries so packed
-documents never see each other.
+and clipping), a BiLSTM and a GRU (optionally conditioned, as Skip-Thought's
+decoders are), all restarting at segment boundaries so packed documents
+never see each other.
 
-Letters: B batch, T length, D projected width, C memory cells.
+Letters: B batch, T length, D projected width, C memory cells, H GRU
+units, K conditioning width.
 """
 
 import flax.linen as nn
@@ -119,3 +121,54 @@ class BiLSTM(nn.Module):
     bwd = LSTM(self.cells, reverse=True, dtype=self.dtype,
                name="backward")(x, segment_ids)
     return jnp.concatenate([fwd, bwd], axis=-1)
+
+
+class GRU(nn.Module):
+  """One-direction GRU (Cho et al. 2014), optionally conditioned.
+
+  With `cond`, every gate also reads a vector per position (Skip-Thought's
+  decoders: the encoded neighbour sentence, through the matrices C_r, C_z
+  and C of Kiros et al. 2015, eq. 2-5):
+    r = s(W_r x + U_r h + C_r c),  z = s(W_z x + U_z h + C_z c),
+    h~ = tanh(W x + U (r * h) + C c),  h' = (1 - z) * h + z * h~.
+
+  Attributes:
+    units: H.
+  """
+  units: int
+  dtype: str = "float32"
+
+  @nn.compact
+  def __call__(self, x, segment_ids, cond=None):
+    """x [B,T,Din] float, segment_ids [B,T] int32, cond [B,T,K] or None ->
+    states [B,T,H] float32."""
+    h_dim = self.units
+    init = nn.initializers.lecun_normal()
+    w_in = param(self, "input_kernel", init, (x.shape[-1], 3 * h_dim),
+                  ("embed", "lstm"))
+    w_gates = param(self, "gate_kernel", nn.initializers.orthogonal(),
+                    (h_dim, 2 * h_dim), ("embed", "lstm"))
+    w_cand = param(self, "candidate_kernel", nn.initializers.orthogonal(),
+                   (h_dim, h_dim), ("embed", "lstm"))
+    bias = param(self, "bias", nn.initializers.zeros, (3 * h_dim,), ("lstm",))
+    xw = dot("btd,dg->btg", x, w_in, self.dtype) + bias
+    if cond is not None:
+      w_cond = param(self, "cond_kernel", init, (cond.shape[-1], 3 * h_dim),
+                     ("embed", "lstm"))
+      xw = xw + dot("btk,kg->btg", cond, w_cond, self.dtype)
+    starts = segment_starts(segment_ids)
+
+    def step(h, inputs):
+      xw_t, start_t = inputs
+      h = jnp.where(start_t[:, None], 0.0, h)
+      x_rz, x_c = xw_t[:, :2 * h_dim], xw_t[:, 2 * h_dim:]
+      r, z = jnp.split(jax.nn.sigmoid(
+          x_rz + dot("bh,hg->bg", h, w_gates, self.dtype)), 2, axis=-1)
+      cand = jnp.tanh(x_c + dot("bh,hg->bg", r * h, w_cand, self.dtype))
+      h = (1.0 - z) * h + z * cand
+      return h, h
+
+    init_h = jnp.zeros((x.shape[0], h_dim), jnp.float32)
+    _, hs = jax.lax.scan(step, init_h,
+                         (xw.swapaxes(0, 1), starts.swapaxes(0, 1)))
+    return hs.swapaxes(0, 1)
