@@ -432,6 +432,20 @@ def test_ulmfit_row_fine_tunes_through_its_head(tmp_path):
       assert 0 <= low <= mean <= high <= 100, (row["name"], name)
 
 
+def test_skip_thought_row_is_read_as_an_encoder(tmp_path):
+  grid = smoke.get_config()
+  grid.cells = [dict(name="skip_thought", objective="skip_thought",
+                     model="skip_thought")]
+  results = harness_run.run(grid, str(tmp_path))
+  rows = {r["name"]: r for r in results["rows"]}
+  assert list(rows) == ["skip_thought", "random_skip_thought"]
+  for row in rows.values():
+    assert "neighbour's vector" in row["skipped"]["minimal_pairs"]
+    for name in ("probe", "few_shot"):
+      mean, low, high = row["views"][name]["average"]
+      assert 0 <= low <= mean <= high <= 100
+
+
 def test_demo_grid_runs_one_row_at_another_budget():
   grid = demo.get_config("tokens=7700000,only=mlm")
   names = [c.name for c in cells.parse_cells(grid)]
