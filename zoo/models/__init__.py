@@ -40,6 +40,7 @@ FAMILIES = {
     "mobilebert": "zoo.models.mobilebert",
     "awd_lstm": "zoo.models.awd_lstm",
     "skip_thought": "zoo.models.skip_thought",
+    "cove": "zoo.models.cove",
     "word2vec": "zoo.models.static",
     "fasttext": "zoo.models.static",
 }
@@ -85,7 +86,7 @@ SCAN_FROM_LAYERS = 12
 # `attention_dropout_rate` to keep the paper's 0.1.
 NO_ATTENTION_DROPOUT = ("large",)
 # Families whose layers cannot scan: their layers differ from one another.
-NEVER_SCANNED = ("elmo", "awd_lstm")
+NEVER_SCANNED = ("elmo", "awd_lstm", "cove")
 
 
 def make_config(family: str, size: str = "tiny", **overrides):
