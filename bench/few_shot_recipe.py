@@ -1,12 +1,14 @@
 """The few-shot recipe against a finished grid's rows: learning rate and steps.
 
     python bench/few_shot_recipe.py --workdir workdirs/demo \\
-        --rows mlm,random_bert --lrs 2e-3,5e-4,1e-4 --steps 60
+        --rows mlm,random_bert --lrs 2e-3,5e-4,1e-4 --steps 60 \\
+        [--head_lrs 1,10] [--config configs.compare.family]
 
 Reads the rows' backbones from a finished `zoo.compare` run of
 `--config` (the demo grid by default) and fine-tunes each on the grid's
-tasks and few-shot sets with the grid's recipe, changing only the
-learning rate and the step count. One JSON line per (row, lr, steps): the
+tasks and few-shot sets with the grid's recipe (a family's `by_family`
+arguments included), changing only the learning rate, the head's rate
+over it and the step count. One JSON line per (row, lr, head_lr, steps): the
 metric per task (the grid's point value, every example of the report
 split) and their average. What it answers: does another recipe change
 which row wins the few-shot view?
@@ -38,6 +40,8 @@ def main(argv=None):
   p.add_argument("--lrs", default="2e-3,5e-4,1e-4")
   p.add_argument("--steps", type=int, default=None,
                  help="fine-tuning steps (default: the grid's)")
+  p.add_argument("--head_lrs", default="1",
+                 help="the head's learning rate over the backbone's")
   args = p.parse_args(argv)
   grid = importlib.import_module(args.config).get_config()
   inputs = run_lib._Inputs(grid)  # pylint: disable=protected-access
@@ -49,10 +53,11 @@ def main(argv=None):
   for name in args.rows.split(","):
     celldir = os.path.join(args.workdir, "cells", name)
     loaded = run_lib._load(grid, cells[name], celldir, inputs)  # pylint: disable=protected-access
-    for lr in (float(x) for x in args.lrs.split(",")):
-      recipe = cells_lib.as_plain(grid.few_shot)
-      recipe["lr"] = lr
-      recipe["steps"] = args.steps or recipe["steps"]
+    for lr, head_lr in ((float(a), float(b)) for a in args.lrs.split(",")
+                        for b in args.head_lrs.split(",")):
+      recipe = run_lib.view_recipe(grid, cells[name], "few_shot")
+      recipe.update(lr=lr, head_lr=head_lr,
+                    steps=args.steps or recipe["steps"])
       start = time.time()
       out = few_shot.run_tasks((loaded.family, loaded.config, loaded.params),
                                inputs.tasks, inputs.tokenizer, recipe,
@@ -60,7 +65,8 @@ def main(argv=None):
       scores = {k: round(statistics.point(v["preds"], v["labels"],
                                           v["metric"]), 1)
                 for k, v in out.items()}
-      print(json.dumps({"row": name, "lr": lr, "steps": recipe["steps"],
+      print(json.dumps({"row": name, "lr": lr, "head_lr": head_lr,
+                        "steps": recipe["steps"],
                         **scores,
                         "average": round(sum(scores.values()) / len(scores),
                                          1),

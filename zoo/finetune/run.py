@@ -200,7 +200,7 @@ def finetune(family: str, config, params, task, tokenizer, *,
              scoring: str = "rank", teacher: "State | None" = None,
              soft_weight: float = 1.0, temperature: float = 1.0,
              prune=None, quant=None, ulmfit=None, head: str = "auto",
-             return_state: bool = False):
+             head_lr: float = 1.0, return_state: bool = False):
   """Fine-tunes a backbone on a task and scores it.
 
   Args:
@@ -253,6 +253,8 @@ def finetune(family: str, config, params, task, tokenizer, *,
       encoder-decoders) or "ulmfit" (ULMFiT's concat-pooling classifier,
       `zoo.models.heads.ConcatPoolClassifier`, on an encoder's or a
       decoder's states).
+    head_lr: the head's learning rate over the backbone's (`lr`): a
+      fresh head on a pre-trained backbone may need a larger one.
     return_state: also return a `State`.
 
   Returns:
@@ -264,6 +266,7 @@ def finetune(family: str, config, params, task, tokenizer, *,
                             weight_decay=weight_decay,
                             adapter_dim=adapter_dim, pool=pool,
                             tagger=tagger, head=head)
+  spec = dataclasses.replace(spec, head_lr=float(head_lr))
   if ulmfit is not None:
     if isinstance(ulmfit, dict):
       ulmfit = ulmfit_lib.Recipe(**ulmfit)

@@ -63,6 +63,7 @@ class Spec:
       one rate for all.
     head: one of `HEADS`. A decoder with the "ulmfit" head is called as
       an encoder is (tokens in, states out: `interface` "encoder").
+    head_lr: the head's learning rate over the backbone's (1: one rate).
   """
   family: str
   config: Any
@@ -83,6 +84,7 @@ class Spec:
   quant: Any = None
   ulmfit: Any = None
   head: str = "auto"
+  head_lr: float = 1.0
 
   @property
   def text_to_text(self) -> bool:
@@ -108,6 +110,8 @@ def check(spec: Spec, tokenizer, lengths: dict) -> None:
     raise ValueError(f"{spec.family} is an {spec.interface} with heads for "
                      f"{HEAD_KINDS}; task kind {spec.kind!r} "
                      "needs an encoder-decoder or a decoder")
+  if not spec.head_lr > 0:
+    raise ValueError(f"head_lr {spec.head_lr} must be positive")
   if spec.head not in HEADS:
     raise ValueError(f"unknown head {spec.head!r}; use one of {HEADS}")
   if spec.head == "ulmfit" and (spec.text_to_text

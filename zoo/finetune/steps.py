@@ -262,7 +262,22 @@ def optimizer(spec: Spec, mask, prune: magnitude.Config | None = None,
                                  "frozen": optax.set_to_zero()}, labels)
   if recipe is not None:
     inner = ulmfit.wrap(recipe, params, inner)
+  if spec.head_lr != 1.0:
+    inner = optax.chain(inner, scale_head(spec.head_lr))
   return optax.chain(optax.clip_by_global_norm(spec.clip_norm), inner)
+
+
+def scale_head(factor: float) -> optax.GradientTransformation:
+  """Multiplies the updates of the params under "head" by `factor` (the
+  head then learns at `factor` x the schedule's rate, decay included)."""
+  def update(updates, state, params=None):
+    del params
+    if "head" not in updates:
+      return updates, state
+    head = jax.tree_util.tree_map(lambda u: u * factor, updates["head"])
+    return dict(updates, head=head), state
+  return optax.GradientTransformation(lambda params: optax.EmptyState(),
+                                      update)
 
 
 def init_opt_state(spec: Spec, params,
