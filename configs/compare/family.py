@@ -41,17 +41,22 @@ FAMILY_SCHEME.update(t5="t5_span", roberta="mlm", distilbert="mlm",
 # Schemes that learn from a trained teacher (`objectives.distill`): they
 # run in `configs/compare/compress.py`, beside the teacher they shrink.
 TEACHER_SCHEMES = ("distil", "tinybert")
-# Schemes that pre-train on other text than the sample's prose (CoVe
-# translates parallel text): no row here until that corpus is built in.
-OTHER_DATA_SCHEMES = ("cove_mt",)
+# Schemes that pre-train on other text than the sample's prose, and where
+# their rows read it: CoVe translates the parallel sample (`data.parallel`;
+# the same tokenizer, so the views read it like any row).
+OTHER_DATA_SCHEMES = {"cove_mt": {"source": "parallel"}}
 
 # Cells beyond one per scheme: a family whose paper's point is an option of
 # a shared scheme.
 # Fine-tuning a family's rows (its random init included) by its paper's
 # recipe: ULMFiT's concat-pooling classifier, discriminative rates,
 # slanted triangular schedule and gradual unfreezing (one layer group
-# every 10 of the steps) for the AWD-LSTM.
-BY_FAMILY = {"awd_lstm": dict(head="ulmfit", ulmfit=dict(unfreeze_every=10))}
+# every 10 of the steps) for the AWD-LSTM; static tables stay frozen under
+# a trained head, as their users read them (fine-tuned, a random table
+# from near zero becomes a bag-of-words classifier: README, Pre-BERT rows).
+BY_FAMILY = {"awd_lstm": dict(head="ulmfit", ulmfit=dict(unfreeze_every=10)),
+             "word2vec": dict(mode="frozen"),
+             "fasttext": dict(mode="frozen")}
 
 EXTRA = (dict(name="clm_memory", objective="clm", model="transfo_xl",
               objective_args=dict(memory=True)),
@@ -81,9 +86,10 @@ def get_config(arg: str | None = None):
   only, rest = demo.split_only(arg)
   aliases = objectives.aliases()  # e.g. "t5" is t5_span: one cell
   cells = [(name, name, family_of(name), "") for name in objectives.names()
-           if name not in aliases
-           and name not in TEACHER_SCHEMES + OTHER_DATA_SCHEMES]
+           if name not in aliases and name not in TEACHER_SCHEMES]
   g = demo.grid(cells, **demo.parse(rest))
+  g.cells = [dict(c, data=dict(OTHER_DATA_SCHEMES[c["objective"]]))
+             if c["objective"] in OTHER_DATA_SCHEMES else c for c in g.cells]
   g.cells = list(g.cells) + [dict(c) for c in EXTRA]
   g = demo.select(g, only)
   families = {c["model"] for c in g.cells}

@@ -78,6 +78,8 @@ class Cell:
   optimizer: dict = dataclasses.field(default_factory=dict)
   source: str = ""  # a cell whose trained backbone this row reads
   quant: str = ""  # "int8": the views read the backbone quantised
+  # Pre-training data fields over the grid's (CoVe: {"source": "parallel"}).
+  data: dict = dataclasses.field(default_factory=dict)
 
   @property
   def pretrained(self) -> bool:
@@ -164,7 +166,7 @@ def _parse_cell(grid, i: int, raw: dict) -> Cell:
               _as_dict(raw.get("objective_args")),
               _as_dict(raw.get("model_args")), raw.get("t5_row", "") or "",
               _as_dict(raw.get("optimizer")), raw.get("source", "") or "",
-              raw.get("quant", "") or "")
+              raw.get("quant", "") or "", _as_dict(raw.get("data")))
 
 
 def check_grid(grid) -> list[Cell]:
@@ -224,6 +226,11 @@ def cell_config(grid, cell: Cell) -> ml_collections.ConfigDict:
   config.optimizer.decay_steps = -1
   for key, value in cell.optimizer.items():
     config.optimizer[key] = value
+  for key, value in cell.data.items():
+    if key not in config.data:
+      raise ValueError(f"grid cell {cell.name!r}: unknown data field "
+                       f"{key!r}; known: {sorted(config.data.keys())}")
+    config.data[key] = value
   return config
 
 
@@ -346,7 +353,8 @@ def pretrain(grid, cell: Cell, celldir: str, tokenizer) -> dict[str, Any]:
             if isinstance(v, (int, float))
             and k not in train_mod.SPEED_KEYS + ("time",)}
   tokens = int(config.steps) * int(config.batch_size) * int(config.seq_len)
-  corpus = corpus_tokens(grid, tokenizer)
+  # Passes over the grid's corpus; a cell reading other text has none.
+  corpus = 0 if cell.data else corpus_tokens(grid, tokenizer)
   record.update(tokens=float(tokens), seconds=time.time() - start,
                 passes=tokens / corpus if corpus else None,
                 compile_seconds=compile_cache.compile_seconds() - compiling)
