@@ -2,7 +2,7 @@
 
     python bench/few_shot_recipe.py --workdir workdirs/demo \\
         --rows mlm,random_bert --lrs 2e-3,5e-4,1e-4 --steps 60 \\
-        [--head_lrs 1,10] [--config configs.compare.family]
+        [--head_lrs 1,10] [--mode frozen] [--config configs.compare.family]
 
 Reads the rows' backbones from a finished `zoo.compare` run of
 `--config` (the demo grid by default) and fine-tunes each on the grid's
@@ -42,6 +42,8 @@ def main(argv=None):
                  help="fine-tuning steps (default: the grid's)")
   p.add_argument("--head_lrs", default="1",
                  help="the head's learning rate over the backbone's")
+  p.add_argument("--mode", default=None,
+                 help="fine-tuning mode (default: the grid's for the row)")
   args = p.parse_args(argv)
   grid = importlib.import_module(args.config).get_config()
   inputs = run_lib._Inputs(grid)  # pylint: disable=protected-access
@@ -58,6 +60,7 @@ def main(argv=None):
       recipe = run_lib.view_recipe(grid, cells[name], "few_shot")
       recipe.update(lr=lr, head_lr=head_lr,
                     steps=args.steps or recipe["steps"])
+      recipe["mode"] = args.mode or recipe.get("mode", "full")
       start = time.time()
       out = few_shot.run_tasks((loaded.family, loaded.config, loaded.params),
                                inputs.tasks, inputs.tokenizer, recipe,
@@ -65,7 +68,8 @@ def main(argv=None):
       scores = {k: round(statistics.point(v["preds"], v["labels"],
                                           v["metric"]), 1)
                 for k, v in out.items()}
-      print(json.dumps({"row": name, "lr": lr, "head_lr": head_lr,
+      print(json.dumps({"row": name, "mode": recipe["mode"], "lr": lr,
+                        "head_lr": head_lr,
                         "steps": recipe["steps"],
                         **scores,
                         "average": round(sum(scores.values()) / len(scores),
