@@ -107,6 +107,6 @@ class Model(nn.Module):
     mixed = jnp.tanh(dense.Dense(cfg.decoder_dim, ("embed", "mlp"),
                                  dtype=cfg.dtype, name="combine")(
                                      jnp.concatenate([h, context], -1)))
-    out["logits"] = dense.Dense(cfg.vocab_size, ("mlp", "vocab"),
+    out["logits"] = dense.Dense(cfg.vocab_size, ("embed", "vocab"),
                                 dtype=cfg.dtype, name="vocab")(mixed)
     return out
