@@ -110,3 +110,12 @@ def test_translation_loss_falls_on_the_parallel_text():
   after = float(loss(params, held))
   assert before > 8.5  # about log(8000) at init
   assert after < before - 2.0, (before, after)
+
+
+def test_every_param_maps_onto_a_mesh():
+  from zoo import sharding  # pylint: disable=import-outside-toplevel
+  obj = testing.build("cove_mt", "cove")
+  batch = testing.tiny_batch(seq_len=32, batch_size=2)
+  abstract = jax.eval_shape(obj.init, jax.random.key(0), batch)
+  mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+  sharding.logical_shardings(abstract, mesh, sharding.DEFAULT_RULES)

@@ -122,3 +122,12 @@ def test_scheme_learns_a_fixed_batch_and_needs_its_family():
   assert out["metrics"]["previous_weight_sum"] > 0
   with pytest.raises(ValueError, match="needs the skip_thought family"):
     testing.build("skip_thought", "bert")
+
+
+def test_every_param_maps_onto_a_mesh():
+  from zoo import sharding  # pylint: disable=import-outside-toplevel
+  obj = testing.build("skip_thought", "skip_thought")
+  batch = testing.tiny_batch(seq_len=32, batch_size=2)
+  abstract = jax.eval_shape(obj.init, jax.random.key(0), batch)
+  mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+  sharding.logical_shardings(abstract, mesh, sharding.DEFAULT_RULES)
