@@ -62,11 +62,12 @@ def _rows(workdir: str) -> list[dict]:
     return json.load(f)["rows"]
 
 
-_VOLATILE = ("seconds", "profile")
+_VOLATILE = ("seconds", "compile_seconds", "profile")
 
 
 def _stable(value):
-  """results.json without wall-clock times (which differ run to run)."""
+  """results.json without wall-clock times (which differ run to run),
+  compile times included."""
   if isinstance(value, dict):
     return {k: _stable(v) for k, v in value.items() if k not in _VOLATILE}
   if isinstance(value, list):
