@@ -166,3 +166,14 @@ def docs_of(stream, r=None, key="tokens"):
                                   ("segment_ids", key)}
   tok, seg = np.asarray(row[key]), np.asarray(row["segment_ids"])
   return {d: list(tok[seg == d]) for d in np.unique(seg) if d > 0}
+
+
+def assert_params_map_onto_mesh(name, model):
+  """The scheme's params (model and heads) shard onto a data x fsdp x
+  tensor mesh of the 8 faked devices by their logical axis names."""
+  from zoo import sharding  # pylint: disable=import-outside-toplevel
+  obj = build(name, model)
+  abstract = jax.eval_shape(obj.init, jax.random.key(0),
+                            tiny_batch(seq_len=32, batch_size=2))
+  mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+  sharding.logical_shardings(abstract, mesh, sharding.DEFAULT_RULES)

@@ -125,9 +125,4 @@ def test_scheme_learns_a_fixed_batch_and_needs_its_family():
 
 
 def test_every_param_maps_onto_a_mesh():
-  from zoo import sharding  # pylint: disable=import-outside-toplevel
-  obj = testing.build("skip_thought", "skip_thought")
-  batch = testing.tiny_batch(seq_len=32, batch_size=2)
-  abstract = jax.eval_shape(obj.init, jax.random.key(0), batch)
-  mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
-  sharding.logical_shardings(abstract, mesh, sharding.DEFAULT_RULES)
+  testing.assert_params_map_onto_mesh("skip_thought", "skip_thought")

@@ -31,7 +31,6 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
-from zoo.models import dense
 from zoo.models import dropout
 from zoo.models import lstm as lstm_lib
 
@@ -101,10 +100,8 @@ class Model(nn.Module):
     if cfg.scan_layers:
       raise ValueError("awd_lstm: scan_layers is not supported (its last "
                        "layer is narrower); set it False")
-    if segment_ids is None:
-      segment_ids = (tokens != cfg.pad_id).astype(jnp.int32)
-    table = lstm_lib.param(self, "token_embedding", dense.uniform_init(0.1),
-                           (cfg.vocab_size, cfg.embed_dim), ("vocab", "embed"))
+    segment_ids = lstm_lib.segments_of(tokens, segment_ids, cfg.pad_id)
+    table = lstm_lib.word_table(self, cfg.vocab_size, cfg.embed_dim)
     x = self._embed(table, tokens, deterministic)
     h = _locked(self, x, cfg.input_dropout, deterministic)
     for i in range(cfg.num_layers):

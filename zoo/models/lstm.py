@@ -11,6 +11,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo.models import dense
 from zoo.models import dropout
 from zoo.models import layers as layers_lib
 
@@ -23,6 +24,21 @@ def dot(eq: str, x, w, dtype: str):
 def param(module, name, init, shape, axes):
   """A param of `module` carrying logical axis names `axes`."""
   return module.param(name, nn.with_logical_partitioning(init, axes), shape)
+
+
+def word_table(module, vocab_size: int, embed_dim: int):
+  """The [V, E] word table of a recurrent family ("token_embedding",
+  uniform in +-0.1 as AWD-LSTM's), a param of `module`."""
+  return param(module, "token_embedding", dense.uniform_init(0.1),
+               (vocab_size, embed_dim), ("vocab", "embed"))
+
+
+def segments_of(tokens, segment_ids, pad_id: int):
+  """`segment_ids`, or where None one segment of each row's real tokens
+  ([B,T] int32: 1 on tokens that are not `pad_id`, 0 on padding)."""
+  if segment_ids is None:
+    return (tokens != pad_id).astype(jnp.int32)
+  return segment_ids
 
 
 def segment_starts(segment_ids):

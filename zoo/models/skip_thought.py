@@ -128,10 +128,8 @@ class Model(nn.Module):
     """
     del unused, deterministic
     cfg = self.config
-    if segment_ids is None:
-      segment_ids = (tokens != cfg.pad_id).astype(jnp.int32)
-    table = lstm_lib.param(self, "token_embedding", dense.uniform_init(0.1),
-                           (cfg.vocab_size, cfg.embed_dim), ("vocab", "embed"))
+    segment_ids = lstm_lib.segments_of(tokens, segment_ids, cfg.pad_id)
+    table = lstm_lib.word_table(self, cfg.vocab_size, cfg.embed_dim)
     hidden = lstm_lib.GRU(cfg.hidden_dim, cfg.dtype, name="encoder")(
         jnp.take(table, tokens, axis=0), segment_ids)
     out = {"hidden": hidden, "layers": [hidden]}
