@@ -12,10 +12,10 @@ the two sentences' log-likelihoods). Sentences come from the rows'
 `sentence_ids` (`segments.sentence_index`), inside jit.
 """
 
-import jax
 import jax.numpy as jnp
 
 from objectives import common
+from objectives import quick_thought
 from objectives import register
 from objectives import segments
 from zoo.models import skip_thought as model_lib
@@ -25,10 +25,10 @@ def neighbour_in_document(doc_ids, sent, offset: int):
   """[B,T] bool: sentence s + offset holds pieces of this position's
   document (doc_ids, sent [B,T] int32; sentences numbered 1, 2, ...)."""
   t = sent.shape[1]
-  docs = jax.vmap(lambda d, s: jax.ops.segment_max(
-      d, s, num_segments=t + 2))(doc_ids, sent)  # [B, T+2] per sentence
+  # Column s - 1 holds sentence s's document; one more column stays empty.
+  docs = quick_thought.sentence_docs(doc_ids, sent, t + 1)
   want = jnp.where(sent > 0, sent + offset, 0).clip(0, t + 1)
-  theirs = jnp.take_along_axis(docs, want, axis=1)
+  theirs = jnp.take_along_axis(docs, (want - 1).clip(0), axis=1)
   return (sent > 0) & (want > 0) & (theirs == doc_ids)
 
 

@@ -21,6 +21,7 @@ import zlib
 
 import numpy as np
 
+from zoo.harness import profile as profile_lib
 from zoo.harness import statistics as stats
 
 VIEWS = ("minimal_pairs", "probe", "few_shot")
@@ -148,26 +149,12 @@ def build(grid, records: list[dict], floors: dict,
                        if r["t5_row"] in published},
          "kendall": _kendall(rows, published),
          "compare_to": reference,
-         "profile": _profile(records, floors)}
+         "profile": profile_lib.of(records, floors)}
   if reference:
     out["latency"] = latency or {}
   pretrain_seeds = list(grid.get("pretrain_seeds") or [])
   if len(pretrain_seeds) > 1:
     out["pretrain_seeds"] = pretrain_seeds
-  return out
-
-
-def _profile(records: list[dict], floors: dict) -> dict:
-  """Seconds per stage (pre-training, each view, floors) over all cells,
-  and under "compile" the seconds of each stage spent compiling."""
-  out, compiling = {}, {}
-  for rec in records:
-    for stage, seconds in rec["seconds"].items():
-      out[stage] = round(out.get(stage, 0.0) + float(seconds), 1)
-    for stage, seconds in rec.get("compile_seconds", {}).items():
-      compiling[stage] = round(compiling.get(stage, 0.0) + float(seconds), 1)
-  out["floors"] = round(float(floors.get("seconds", 0.0)), 1)
-  out["compile"] = compiling
   return out
 
 
@@ -404,23 +391,8 @@ def markdown(results: dict) -> str:
   for view in VIEWS:
     lines += item_table(results, view) + [""]
   lines += _t5_lines(results)
-  lines += ["", profile_line(results["profile"])]
+  lines += ["", profile_lib.line(results["profile"], VIEWS)]
   return "\n".join(lines) + "\n"
-
-
-def profile_line(profile: dict) -> str:
-  """`Time spent: pretrain 300 s (compiling 20 s), ...`, in stage order."""
-  compiling = profile.get("compile") or {}
-  parts = []
-  for stage in ("pretrain",) + VIEWS + ("floors",):
-    if stage in profile:
-      text = f"{stage} {profile[stage]:.0f} s"
-      if compiling.get(stage):
-        text += f" (compiling {compiling[stage]:.0f} s)"
-      parts.append(text)
-  total = sum(compiling.values())
-  tail = f"; {total:.0f} s of it compiling" if compiling else ""
-  return f"Time spent: {', '.join(parts)}{tail}."
 
 
 def write_csv(path: str, results: dict) -> None:
