@@ -2,13 +2,15 @@
 
     python bench/few_shot_recipe.py --workdir workdirs/demo \\
         --rows mlm,random_bert --lrs 2e-3,5e-4,1e-4 --steps 60 \\
-        [--head_lrs 1,10] [--mode frozen] [--config configs.compare.family]
+        [--head_lrs 1,10] [--mode frozen] [--standardize 0,1]
+        [--config configs.compare.family]
 
 Reads the rows' backbones from a finished `zoo.compare` run of
 `--config` (the demo grid by default) and fine-tunes each on the grid's
 tasks and few-shot sets with the grid's recipe (a family's `by_family`
 arguments included), changing only the learning rate, the head's rate
-over it and the step count. One JSON line per (row, lr, head_lr, steps): the
+over it, the step count and whether the head standardises its pooled
+features. One JSON line per (row, lr, head_lr, standardize): the
 metric per task (the grid's point value, every example of the report
 split) and their average. What it answers: does another recipe change
 which row wins the few-shot view?
@@ -44,6 +46,9 @@ def main(argv=None):
                  help="the head's learning rate over the backbone's")
   p.add_argument("--mode", default=None,
                  help="fine-tuning mode (default: the grid's for the row)")
+  p.add_argument("--standardize", default=None,
+                 help="comma list of 0/1: the head standardises its pooled "
+                 "features (default: the grid's)")
   args = p.parse_args(argv)
   grid = importlib.import_module(args.config).get_config()
   inputs = run_lib._Inputs(grid)  # pylint: disable=protected-access
@@ -55,11 +60,16 @@ def main(argv=None):
   for name in args.rows.split(","):
     celldir = os.path.join(args.workdir, "cells", name)
     loaded = run_lib._load(grid, cells[name], celldir, inputs)  # pylint: disable=protected-access
-    for lr, head_lr in ((float(a), float(b)) for a in args.lrs.split(",")
-                        for b in args.head_lrs.split(",")):
-      recipe = run_lib.view_recipe(grid, cells[name], "few_shot")
-      recipe.update(lr=lr, head_lr=head_lr,
-                    steps=args.steps or recipe["steps"])
+    grid_recipe = run_lib.view_recipe(grid, cells[name], "few_shot")
+    standardize = ([bool(int(x)) for x in args.standardize.split(",")]
+                   if args.standardize else
+                   [grid_recipe.get("standardize", False)])
+    for lr, head_lr, std in ((float(a), float(b), c)
+                             for a in args.lrs.split(",")
+                             for b in args.head_lrs.split(",")
+                             for c in standardize):
+      recipe = dict(grid_recipe, lr=lr, head_lr=head_lr, standardize=std,
+                    steps=args.steps or grid_recipe["steps"])
       recipe["mode"] = args.mode or recipe.get("mode", "full")
       start = time.time()
       out = few_shot.run_tasks((loaded.family, loaded.config, loaded.params),
@@ -69,7 +79,7 @@ def main(argv=None):
                                           v["metric"]), 1)
                 for k, v in out.items()}
       print(json.dumps({"row": name, "mode": recipe["mode"], "lr": lr,
-                        "head_lr": head_lr,
+                        "head_lr": head_lr, "standardize": std,
                         "steps": recipe["steps"],
                         **scores,
                         "average": round(sum(scores.values()) / len(scores),

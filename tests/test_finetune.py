@@ -15,6 +15,7 @@ from zoo.finetune import arrays as finetune_arrays
 from zoo.finetune import evaluate as finetune_eval
 from zoo.finetune import steps as finetune_steps
 from zoo import models
+from zoo.models import heads
 
 pytestmark = pytest.mark.slow  # minutes of training runs: not the quick lane
 
@@ -118,6 +119,25 @@ def test_frozen_mode_trains_only_the_head(tok, topic, full):
   for k in before:
     assert before[k].tobytes() == after[k].tobytes(), k
   assert metrics["validation/accuracy"] > 80
+
+
+def test_standardized_head_reads_the_train_moments_and_never_trains_them(
+    tok, topic, full):
+  backbone = full[1].params["backbone"]
+  _, state = _run(tok, topic, "bert", backbone, "frozen", steps=5,
+                  pool="mean", standardize=True)
+  arrays = finetune_arrays.split_arrays(state.spec, topic.train, tok,
+                                        {"inputs": 16, "targets": 32})
+  model = models.get("bert").Model(state.spec.config)
+  hidden = model.apply({"params": backbone}, arrays["tokens"],
+                       deterministic=True, return_logits=False)["hidden"]
+  pooled = heads.pool(hidden, arrays["tokens"] != 0, "mean")
+  mean, std = heads.moments(pooled)
+  assert std.min() < 0.5 * std.max()  # the scales differ per feature
+  got = state.params["head"]["classify"]["standardize"]
+  # After 5 Adam steps at 1e-3 a trained entry would be ~5e-3 away.
+  np.testing.assert_allclose(got["mean"], mean, atol=1e-5)
+  np.testing.assert_allclose(got["scale"], 1 / std, rtol=1e-5)
 
 
 def test_ulmfit_recipe_keeps_frozen_groups_and_learns(tok, topic, full):
@@ -279,6 +299,9 @@ def test_bad_requests_name_the_problem(tok, topic):
     finetune.finetune("bert", _config(tok), wrong, topic, tok, steps=1)
   with pytest.raises(ValueError, match="unknown pooling 'max'"):
     finetune.finetune("bert", _config(tok), None, topic, tok, pool="max")
+  with pytest.raises(ValueError, match="standardize applies to the pooled"):
+    finetune.finetune("bert", _config(tok), None, topic, tok,
+                      head="ulmfit", standardize=True)
 
 
 def test_pooling_defaults_per_family_and_can_be_chosen(tok, topic):

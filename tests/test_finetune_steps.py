@@ -42,3 +42,15 @@ def test_head_lr_scales_the_head_updates_only():
 def test_head_lr_must_be_positive(tok):
   with pytest.raises(ValueError, match="head_lr 0.0 must be positive"):
     spec_lib.check(_spec(head_lr=0.0), tok, {"inputs": 16, "targets": 4})
+
+
+def test_standardisation_statistics_are_never_trained():
+  spec = _spec(standardize=True)
+  params = {"backbone": {"w": jnp.ones(2)},
+            "head": {"classify": {"standardize": {"mean": jnp.zeros(2),
+                                                  "scale": jnp.ones(2)},
+                                  "out": {"kernel": jnp.ones((2, 2))}}}}
+  mask = steps.trainable(spec, params)
+  assert mask["backbone"]["w"] and mask["head"]["classify"]["out"]["kernel"]
+  assert not any(jax.tree_util.tree_leaves(
+      mask["head"]["classify"]["standardize"]))

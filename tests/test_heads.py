@@ -209,3 +209,19 @@ def test_every_head_param_has_valid_logical_axes():
         x, nn.LogicallyPartitioned))
     assert all(isinstance(x, nn.LogicallyPartitioned) for x in leaves), mod
     sharding.logical_shardings(abstract, mesh, sharding.DEFAULT_RULES)
+
+
+def test_moments_standardise_features_and_leave_constant_ones_at_zero():
+  x = np.array([[1.0, 5.0, 2.0], [3.0, 5.0, 4.0], [5.0, 5.0, 9.0]],
+               np.float32)
+  mean, std = heads.moments(x)
+  np.testing.assert_allclose(mean, [3.0, 5.0, 5.0], rtol=1e-6)
+  np.testing.assert_allclose(std, [np.std([1, 3, 5]), 1.0,
+                                   np.std([2, 4, 9])], rtol=1e-6)
+  layer = heads.Standardize()
+  params = layer.init(jax.random.key(0), x)["params"]
+  np.testing.assert_array_equal(layer.apply({"params": params}, x), x)
+  params = {"mean": mean, "scale": 1 / std}
+  z = np.asarray(layer.apply({"params": params}, x))
+  np.testing.assert_allclose(z.mean(0), 0, atol=1e-6)
+  np.testing.assert_allclose(z.std(0), [1, 0, 1], atol=1e-6)

@@ -53,10 +53,13 @@ OTHER_DATA_SCHEMES = {"cove_mt": {"source": "parallel"}}
 # slanted triangular schedule and gradual unfreezing (one layer group
 # every 10 of the steps) for the AWD-LSTM; static tables stay frozen under
 # a trained head, as their users read them (fine-tuned, a random table
-# from near zero becomes a bag-of-words classifier: README, Pre-BERT rows).
+# from near zero becomes a bag-of-words classifier: README, Pre-BERT rows),
+# the head reading standardised pooled vectors at 10x the rate (mean-pooled
+# static vectors share one large direction; raw, the head stays at the
+# majority class: `bench/few_shot_recipe.py`, README block fewshot_static).
+STATIC = dict(mode="frozen", standardize=True, head_lr=10.0)
 BY_FAMILY = {"awd_lstm": dict(head="ulmfit", ulmfit=dict(unfreeze_every=10)),
-             "word2vec": dict(mode="frozen"),
-             "fasttext": dict(mode="frozen")}
+             "word2vec": STATIC, "fasttext": STATIC}
 
 EXTRA = (dict(name="clm_memory", objective="clm", model="transfo_xl",
               objective_args=dict(memory=True)),

@@ -38,6 +38,7 @@ from zoo.finetune import spec as spec_lib
 from zoo.finetune import steps as step_lib
 from zoo.finetune import ulmfit as ulmfit_lib
 from zoo.finetune.spec import Spec
+from zoo.models import heads
 
 
 
@@ -189,6 +190,24 @@ def _quantized(spec: Spec, state: dict, arrays: dict, batch_size: int,
   return spec, dict(state, **{quant_lib.STATS: stats})
 
 
+def _standardized(spec: Spec, state: dict, arrays: dict,
+                  batch_size: int) -> dict:
+  """`state` with its head's standardisation set to the moments of the
+  pooled features of every training example (`spec.standardize`)."""
+  n = len(arrays["tokens"])
+  rows = np.arange(-(-n // batch_size) * batch_size) % n  # whole batches
+  keys = [k for k in ("tokens", "token_types", "answer_mask") if k in arrays]
+  parts = [step_lib.pooled_features(
+      spec, state, {k: arrays[k][rows[i:i + batch_size]] for k in keys})
+           for i in range(0, len(rows), batch_size)]
+  mean, std = heads.moments(np.concatenate(jax.device_get(parts))[:n])
+  values = {"mean": mean, "scale": 1.0 / std}
+  head = traverse_util.path_aware_map(
+      lambda path, x: jnp.asarray(values[path[-1]])
+      if "standardize" in path else x, state["head"])
+  return dict(state, head=head)
+
+
 def finetune(family: str, config, params, task, tokenizer, *,
              mode: str = "full", seed: int = 0, steps: int = 100,
              batch_size: int = 16, lr: float = 1e-4, max_len: int = 128,
@@ -200,7 +219,8 @@ def finetune(family: str, config, params, task, tokenizer, *,
              scoring: str = "rank", teacher: "State | None" = None,
              soft_weight: float = 1.0, temperature: float = 1.0,
              prune=None, quant=None, ulmfit=None, head: str = "auto",
-             head_lr: float = 1.0, return_state: bool = False):
+             head_lr: float = 1.0, standardize: bool = False,
+             return_state: bool = False):
   """Fine-tunes a backbone on a task and scores it.
 
   Args:
@@ -255,6 +275,12 @@ def finetune(family: str, config, params, task, tokenizer, *,
       decoder's states).
     head_lr: the head's learning rate over the backbone's (`lr`): a
       fresh head on a pre-trained backbone may need a larger one.
+    standardize: the class, pair or regression head standardises its
+      pooled features by their mean and std over the training examples,
+      measured once before the first step (through the backbone as
+      loaded) and kept fixed, as the frozen probe does. Mean-pooled static
+      vectors share one large direction and differ little from text to
+      text; standardised, a few-shot head can read them.
     return_state: also return a `State`.
 
   Returns:
@@ -266,7 +292,8 @@ def finetune(family: str, config, params, task, tokenizer, *,
                             weight_decay=weight_decay,
                             adapter_dim=adapter_dim, pool=pool,
                             tagger=tagger, head=head)
-  spec = dataclasses.replace(spec, head_lr=float(head_lr))
+  spec = dataclasses.replace(spec, head_lr=float(head_lr),
+                             standardize=bool(standardize))
   if ulmfit is not None:
     if isinstance(ulmfit, dict):
       ulmfit = ulmfit_lib.Recipe(**ulmfit)
@@ -285,6 +312,8 @@ def finetune(family: str, config, params, task, tokenizer, *,
                                                     batch_size)
   if quant is not None:
     spec, state = _quantized(spec, state, arrays, batch_size, quant)
+  if spec.standardize:
+    state = _standardized(spec, state, arrays, batch_size)
   state, losses = _train(spec, state, arrays, batch_size, seed, prune)
   metrics = {"train/loss": float(np.mean(losses[-max(1, steps // 10):]))}
   predictions = {}

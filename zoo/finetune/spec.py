@@ -64,6 +64,9 @@ class Spec:
     head: one of `HEADS`. A decoder with the "ulmfit" head is called as
       an encoder is (tokens in, states out: `interface` "encoder").
     head_lr: the head's learning rate over the backbone's (1: one rate).
+    standardize: the head standardises its pooled features by their mean
+      and std over the training examples (`heads.Standardize`), as the
+      frozen probe does.
   """
   family: str
   config: Any
@@ -85,6 +88,7 @@ class Spec:
   ulmfit: Any = None
   head: str = "auto"
   head_lr: float = 1.0
+  standardize: bool = False
 
   @property
   def text_to_text(self) -> bool:
@@ -119,6 +123,12 @@ def check(spec: Spec, tokenizer, lengths: dict) -> None:
     raise ValueError(f"the ulmfit head classifies (class and pair tasks) "
                      f"from an encoder's or decoder's states; this run is a "
                      f"{spec.kind} task on {spec.family} ({spec.interface})")
+  if spec.standardize and (spec.text_to_text or spec.head != "auto" or
+                           spec.kind not in ("class", "pair", "regression")):
+    raise ValueError(f"standardize applies to the pooled features of a "
+                     f"class, pair or regression head (head 'auto'); this "
+                     f"run is a {spec.kind} task on {spec.family} "
+                     f"({spec.interface}, head {spec.head!r})")
   if spec.mode == "adapters" and spec.interface == "lstm":
     raise ValueError("elmo has no adapters (LSTMs); use mode 'full', "
                      "'frozen' or 'scalar_mix'")

@@ -12,6 +12,7 @@ import functools
 from typing import Any
 
 import flax.linen as nn
+from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -39,6 +40,8 @@ class TaskHead(nn.Module):
     tagger: "linear" or "bilstm", the head of tags tasks.
     head: "auto" (a dense head on the pooled states) or "ulmfit"
       (`heads.ConcatPoolClassifier`, for class and pair tasks).
+    standardize: the "auto" class, pair and regression heads standardise
+      the pooled states (`heads.Standardize`).
   """
   kind: str
   num_labels: int
@@ -47,6 +50,7 @@ class TaskHead(nn.Module):
   dropout_rate: float = 0.1
   tagger: str = "linear"
   head: str = "auto"
+  standardize: bool = False
 
   @nn.compact
   def __call__(self, outputs: dict, mask: jax.Array,
@@ -58,7 +62,8 @@ class TaskHead(nn.Module):
                                                        mask)
     else:
       h = outputs["hidden"]
-    kw = dict(pool=self.pool, pre_dense=True, dropout_rate=self.dropout_rate)
+    kw = dict(pool=self.pool, pre_dense=True, dropout_rate=self.dropout_rate,
+              standardize=self.standardize)
     if self.head == "ulmfit":
       return heads.ConcatPoolClassifier(self.num_labels, name="ulmfit")(
           h, mask, deterministic=deterministic)
@@ -79,7 +84,8 @@ def task_head(spec: Spec) -> TaskHead:
   """The `TaskHead` of a spec."""
   mix = spec.num_states if spec.mode == "scalar_mix" else 0
   return TaskHead(spec.kind, spec.num_labels, spec.pool, mix,
-                  spec.head_dropout, spec.tagger, spec.head)
+                  spec.head_dropout, spec.tagger, spec.head,
+                  spec.standardize)
 
 
 def _backbone_call(spec: Spec, params, batch: dict, deterministic: bool,
@@ -127,8 +133,9 @@ first_stats = jax.jit(updated_stats, static_argnums=0)
 
 
 def head_forward(spec: Spec, params, batch: dict, *, deterministic: bool,
-                 rng=None):
-  """Backbone then head: the head's output on an encoder batch."""
+                 rng=None, mutable=False):
+  """Backbone then head: the head's output on an encoder batch (with
+  `mutable` collections, the pair (output, their values))."""
   backbone_rng, head_rng = jax.random.split(rng) if rng is not None else (
       None, None)
   # A frozen backbone is a feature extractor: no dropout inside it.
@@ -140,7 +147,17 @@ def head_forward(spec: Spec, params, batch: dict, *, deterministic: bool,
   rngs = None if deterministic else {"dropout": head_rng}
   return task_head(spec).apply({"params": params["head"]}, out, mask,
                                batch.get("answer_mask"),
-                               deterministic=deterministic, rngs=rngs)
+                               deterministic=deterministic, rngs=rngs,
+                               mutable=mutable)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def pooled_features(spec: Spec, params, batch: dict) -> jax.Array:
+  """[B,D] float32: the pooled vectors a standardising head
+  (`spec.standardize`) reads, before its standardisation."""
+  _, sown = head_forward(spec, params, batch, deterministic=True,
+                         mutable=["intermediates"])
+  return jax.tree_util.tree_leaves(sown)[0]
 
 
 def _xent(logits, labels, weights):
@@ -219,7 +236,8 @@ def trainable(spec: Spec, params) -> Any:
   """A tree of Python bools like `params`: True where the optimizer updates.
 
   full: everything; frozen and scalar_mix: the head; adapters: the head and
-  every backbone param under a path containing "adapter".
+  every backbone param under a path containing "adapter". A head's
+  standardisation statistics (`heads.Standardize`) are never trained.
   """
   def every(tree, value):
     return jax.tree_util.tree_map(lambda _: value, tree)
@@ -231,7 +249,8 @@ def trainable(spec: Spec, params) -> Any:
     backbone = every(params["backbone"], False)
   out = {"backbone": backbone}
   if "head" in params:
-    out["head"] = every(params["head"], True)
+    out["head"] = traverse_util.path_aware_map(
+        lambda path, _: "standardize" not in path, params["head"])
   if quant.STATS in params:  # moving ranges: updated, never trained
     out[quant.STATS] = every(params[quant.STATS], False)
   return out

@@ -35,6 +35,7 @@ import numpy as np
 import optax
 
 from zoo import distributed
+from zoo.models import heads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,14 +131,6 @@ def _solve(params: dict, z, y, l2, mix_l2, tol, steps: int, memory: int):
   return jax.lax.while_loop(cond, body, carry)[0]
 
 
-def _moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """Train mean and std over N of x [N, ...] (std 1 where constant)."""
-  mean = x.mean(0, dtype=np.float64).astype(np.float32)
-  std = x.std(0)
-  std = np.where(std > 1e-6 * np.maximum(np.abs(mean), 1.0), std, 1.0)
-  return mean, std.astype(np.float32)
-
-
 def _check(features, probe_mean=None) -> np.ndarray:
   """Features as float32 [N, F] or [N, L, F], matching a probe if given."""
   x = np.asarray(features, np.float32)
@@ -167,7 +160,7 @@ def fit(features, labels, num_classes: int, recipe: Recipe = Recipe()) -> Probe:
   if y.shape != x.shape[:1] or y.min() < 0 or y.max() >= num_classes:
     raise ValueError(f"labels {y.shape} in [{y.min()}, {y.max()}] for "
                      f"features {x.shape} and {num_classes} classes")
-  mean, std = _moments(x)
+  mean, std = heads.moments(x)
   z = (x - mean) / std
   params = dict(w=jnp.zeros((x.shape[-1], num_classes), jnp.float32),
                 b=jnp.zeros((num_classes,), jnp.float32))

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from zoo.models import layers
 from zoo.models.lstm import BiLSTM
@@ -74,6 +75,34 @@ def pool(hidden: Array, mask: Array | None = None, kind: str = "cls") -> Array:
                    "'max' or 'concat'")
 
 
+def moments(x) -> tuple[np.ndarray, np.ndarray]:
+  """Mean and standard deviation over N of features x [N, ...] (float32;
+  the std is 1 where a feature is constant, so standardising leaves it
+  at 0). The frozen probe's and the fine-tuning heads' standardisation."""
+  x = np.asarray(x, np.float32)
+  mean = x.mean(0, dtype=np.float64).astype(np.float32)
+  std = x.std(0)
+  std = np.where(std > 1e-6 * np.maximum(np.abs(mean), 1.0), std, 1.0)
+  return mean, std.astype(np.float32)
+
+
+class Standardize(nn.Module):
+  """(x - mean) * scale per feature, with "mean" [D] and "scale" [D]
+  params that start at 0 and 1. They are statistics, not weights: the
+  fine-tuning run sets them from its training examples' pooled features
+  (`moments`; scale = 1 / std) and never trains them."""
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    """x [B,D] -> [B,D] float32."""
+    d = x.shape[-1]
+    mean = layers.param_with_axes(self, "mean", nn.initializers.zeros, (d,),
+                                  ("embed",))
+    scale = layers.param_with_axes(self, "scale", nn.initializers.ones, (d,),
+                                   ("embed",))
+    return (x.astype(jnp.float32) - mean) * scale
+
+
 class SequenceClassifier(nn.Module):
   """Class logits from a pooled sequence.
 
@@ -84,18 +113,25 @@ class SequenceClassifier(nn.Module):
       backbones that return no "pooled".
     dropout_rate: on the pooled vector.
     dtype: compute dtype name.
+    standardize: standardise the pooled vector (`Standardize`) first. The
+      pooled vector is sown as ("intermediates", "pooled") for the run
+      that sets the statistics.
   """
   num_classes: int
   pool: str = "cls"
   pre_dense: bool = False
   dropout_rate: float = 0.1
   dtype: str = "float32"
+  standardize: bool = False
 
   @nn.compact
   def __call__(self, hidden: Array, mask: Array | None = None, *,
                deterministic: bool = True) -> Array:
     """hidden [B,T,D], mask [B,T] bool -> logits [B,C] float32."""
     x = pool(hidden, mask, self.pool)
+    if self.standardize:
+      self.sow("intermediates", "pooled", x)
+      x = Standardize(name="standardize")(x)
     if self.pre_dense:
       x = jnp.tanh(layers.Dense(x.shape[-1], ("embed", "mlp"),
                                 dtype=self.dtype, name="pre_dense")(x))
@@ -147,20 +183,23 @@ class Regressor(nn.Module):
 
   Attributes:
     num_outputs: outputs per sequence; 1 gives [B], more give [B,num_outputs].
-    pool, pre_dense, dropout_rate, dtype: as in `SequenceClassifier`.
+    pool, pre_dense, dropout_rate, dtype, standardize: as in
+      `SequenceClassifier`.
   """
   num_outputs: int = 1
   pool: str = "cls"
   pre_dense: bool = False
   dropout_rate: float = 0.1
   dtype: str = "float32"
+  standardize: bool = False
 
   @nn.compact
   def __call__(self, hidden: Array, mask: Array | None = None, *,
                deterministic: bool = True) -> Array:
     """hidden [B,T,D], mask [B,T] bool -> [B] (or [B,outputs]) float32."""
     out = SequenceClassifier(self.num_outputs, self.pool, self.pre_dense,
-                             self.dropout_rate, self.dtype, name="regress")(
+                             self.dropout_rate, self.dtype, self.standardize,
+                             name="regress")(
                                  hidden, mask, deterministic=deterministic)
     return out[:, 0] if self.num_outputs == 1 else out
 
