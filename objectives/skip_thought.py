@@ -48,7 +48,11 @@ class SkipThought(common.Scheme):
     return dict(batch, sent=segments.sentence_index(batch))
 
   def model_inputs(self, inputs):
-    return (inputs["tokens"],), {"segment_ids": inputs["sent"]}
+    sent = inputs["sent"]
+    start = self.config.pad_id  # the decoders' start id
+    return (inputs["tokens"],), {
+        "segment_ids": sent,
+        "decoder_inputs": common.shift_right(inputs["tokens"], sent, start)}
 
   def score(self, params, inputs, outputs, rng, deterministic):
     parts = {}

@@ -7,9 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from objectives import common
 from objectives import skip_thought as scheme
 from tests import objective_checks as testing
+from zoo import loading
 from zoo import models
+from zoo.finetune import arrays as finetune_arrays
 from zoo.models import lstm
 from zoo.models import skip_thought
 
@@ -68,18 +71,26 @@ def test_neighbours_count_within_the_document_only():
   np.testing.assert_array_equal(prev[0], np.isin(SENT[0], [1, 2, 4]))
 
 
+def _inputs(tokens):
+  """The model's keywords on a row of SENT's sentences, as the scheme
+  feeds it (decoder inputs shifted right within each sentence)."""
+  tokens, sent = jnp.asarray(tokens), jnp.asarray(SENT)
+  return dict(segment_ids=sent,
+              decoder_inputs=common.shift_right(tokens, sent, 0))
+
+
 @pytest.fixture(scope="module")
 def model():
   config = models.make_config("skip_thought", "tiny")
-  params = models.init_params("skip_thought", config, jax.random.key(1),
-                              length=15)
-  return skip_thought.Model(config), params
+  mod = skip_thought.Model(config)
+  tokens = jnp.full(SENT.shape, 7, jnp.int32)
+  params = mod.init(jax.random.key(1), tokens, **_inputs(tokens))["params"]
+  return mod, params
 
 
 def _logits(model, tokens):
   mod, params = model
-  return mod.apply({"params": params}, jnp.asarray(tokens),
-                   segment_ids=jnp.asarray(SENT))
+  return mod.apply({"params": params}, jnp.asarray(tokens), **_inputs(tokens))
 
 
 def test_decoders_never_see_the_sentence_they_predict(model):
@@ -126,3 +137,39 @@ def test_scheme_learns_a_fixed_batch_and_needs_its_family():
 
 def test_every_param_maps_onto_a_mesh():
   testing.assert_params_map_onto_mesh("skip_thought", "skip_thought")
+
+
+TWO = "The cat sat on the mat. Then the dog barked at it."
+
+
+def test_a_loaded_encoder_reads_each_sentence_of_a_text_afresh(tok):
+  config = models.make_config("skip_thought", "tiny",
+                              vocab_size=tok.vocab_size)
+  params = models.init_params("skip_thought", config, jax.random.key(1),
+                              heads=False)
+  loaded = loading.Loaded("skip_thought", config, params, tok, None, "")
+  both = loaded.embed([TWO])
+  alone = loaded.embed(["Then the dog barked at it."])
+  first = len(tok.encode("The cat sat on the mat."))
+  ids = loaded.sentence_ids([TWO], both["tokens"].shape[1])[0]
+  np.testing.assert_array_equal(ids, [1] * first + [2] * (len(ids) - first))
+  # The second sentence's states equal the sentence's own, alone: the
+  # encoder restarts there (its eos closes that sentence in both rows).
+  np.testing.assert_allclose(both["hidden"][0, first:],
+                             alone["hidden"][0], atol=1e-6)
+
+
+def test_fine_tuning_rows_number_the_sentences(tok):
+  ex = {"text": TWO, "text_b": "Yes. No.", "label": 0}
+  out = finetune_arrays.encoder_arrays("pair", [ex], tok, 40, sentences=True)
+  a, b = tok.encode("The cat sat on the mat."), tok.encode(
+      "Then the dog barked at it.")
+  c, d = tok.encode("Yes."), tok.encode("No.")
+  row = out["sentence_ids"][0]
+  want = ([1] * (1 + len(a)) + [2] * (len(b) + 1) + [3] * len(c)
+          + [4] * (len(d) + 1))
+  np.testing.assert_array_equal(row[:len(want)], want)
+  assert not row[len(want):].any()
+  plain = finetune_arrays.encoder_arrays("pair", [ex], tok, 40)
+  assert "sentence_ids" not in plain
+  np.testing.assert_array_equal(out["token_types"], plain["token_types"])

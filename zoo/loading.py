@@ -27,6 +27,7 @@ import ml_collections
 import numpy as np
 
 import objectives
+from data import annotate
 from data import tokenizer as tok_lib
 from zoo import checkpoint as ckpt_lib
 from zoo import generate as gen_lib
@@ -90,6 +91,8 @@ class Loaded:
     if hasattr(tok, "row"):  # a Hugging Face folder's own tokenizer
       return tok.row(text)
     s = tok.specials()
+    if models.reads_sentences(self.family):  # as `sentence_ids` numbers them
+      return annotate.annotate(tok, text)["tokens"].tolist() + [s["eos"]]
     pieces = []
     for i, part in enumerate(_split_masks(text)):
       pieces += ([s["mask"]] if i else []) + (tok.encode(part) if part else [])
@@ -110,6 +113,20 @@ class Loaded:
       out[i, :min(len(row), length)] = row[:length]
     return out
 
+  def sentence_ids(self, texts: list[str], length: int) -> np.ndarray | None:
+    """int32 [B,T] sentence numbers of `batch(texts)` rows (0 on padding)
+    for a family that reads sentence by sentence (`models.reads_sentences`:
+    its rows are then encoded as the sample's are, sentence by sentence),
+    else None."""
+    if not models.reads_sentences(self.family):
+      return None
+    out = np.zeros((len(texts), length), np.int32)
+    for i, text in enumerate(texts):
+      sents = annotate.annotate(self._tok(), text)["sentence_ids"].tolist()
+      row = sents + [sents[-1] if sents else 1]  # the closing eos
+      out[i, :min(len(row), length)] = row[:length]
+    return out
+
   def embed(self, texts: list[str], max_len: int | None = None
             ) -> dict[str, np.ndarray]:
     """Contextual vectors of every piece.
@@ -121,7 +138,9 @@ class Loaded:
       [L+1,B,D]: `hidden` and `layers` averaged over the real pieces.
     """
     tokens = self.batch(list(texts), max_len)
-    out = _embed(self.family, self.config, self.params, jnp.asarray(tokens))
+    sentences = self.sentence_ids(list(texts), tokens.shape[1])
+    out = _embed(self.family, self.config, self.params, jnp.asarray(tokens),
+                 None if sentences is None else jnp.asarray(sentences))
     out = {k: np.asarray(v) for k, v in jax.device_get(out).items()}
     mask = tokens != self.config.pad_id
     return dict(out, tokens=tokens, mask=mask,
@@ -289,8 +308,10 @@ def embedding_table(params, vocab_size: int):
 
 
 @functools.partial(jax.jit, static_argnames=("family", "config"))
-def _embed(family, config, params, tokens):
-  """hidden [B,T,D] and layers [L+1,B,T,D] of the model's reading side."""
+def _embed(family, config, params, tokens, segment_ids=None):
+  """hidden [B,T,D] and layers [L+1,B,T,D] of the model's reading side
+  (`segment_ids` [B,T]: the sentence numbers of a family that reads
+  sentence by sentence)."""
   model = models.get(family).Model(config)
   face = interface_of(family, config)
   if face == "encdec":
@@ -298,6 +319,8 @@ def _embed(family, config, params, tokens):
     return {"hidden": out["encoder_hidden"],
             "layers": jnp.stack(out["encoder_layers"])}
   kw = {} if face == "lstm" else {"return_logits": False}
+  if segment_ids is not None:
+    kw["segment_ids"] = segment_ids
   out = model.apply({"params": params}, tokens, **kw)
   return {"hidden": out["hidden"], "layers": jnp.stack(out["layers"])}
 

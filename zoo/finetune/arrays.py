@@ -20,7 +20,18 @@ import dataclasses
 
 import numpy as np
 
+from data import annotate
+from zoo import models
 from data.tasks import encode as task_encode
+
+
+# The arrays an encoder's head step reads (the rest are targets).
+INPUT_KEYS = ("tokens", "token_types", "sentence_ids", "answer_mask")
+
+
+def input_keys(arrays: dict) -> list[str]:
+  """The `INPUT_KEYS` that `arrays` has."""
+  return [k for k in INPUT_KEYS if k in arrays]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,21 +65,41 @@ def _truncate_pair(a: list[int], b: list[int], room: int):
   return a, b
 
 
-def _sentence_rows(kind: str, examples, tokenizer, ids: Ids, max_len: int):
-  """tokens, token_types int32 [N,T] of class/regression/pair examples."""
-  first = tokenizer.encode_batch([ex.get("text", ex["inputs"])
-                                  for ex in examples])
-  toks, types = [], []
-  for ex, a in zip(examples, first):
-    if kind == "pair":
-      a, b = _truncate_pair(a, tokenizer.encode(ex["text_b"]), max_len - 3)
-      toks.append([ids.cls] + a + [ids.sep] + b + [ids.sep])
-      types.append([0] * (len(a) + 2) + [1] * (len(b) + 1))
-    else:
-      a = a[:max_len - 2]
-      toks.append([ids.cls] + a + [ids.sep])
-      types.append([0] * (len(a) + 2))
-  return _fill(toks, max_len, ids.pad), _fill(types, max_len, 0)
+def _pieces(tokenizer, texts: list[str], sentences: bool):
+  """Per text, (ids, sentence numbers): the whole text encoded at once,
+  every piece in sentence 1, or with `sentences` sentence by sentence as
+  the sample is (`data.annotate.annotate`)."""
+  if not sentences:
+    return [(a, [1] * len(a)) for a in tokenizer.encode_batch(texts)]
+  out = []
+  for text in texts:
+    ann = annotate.annotate(tokenizer, text)
+    out.append((ann["tokens"].tolist(), ann["sentence_ids"].tolist()))
+  return out
+
+
+def _sentence_rows(kind: str, examples, tokenizer, ids: Ids, max_len: int,
+                   sentences: bool = False):
+  """tokens, token_types, sentence_ids int32 [N,T] of class/regression/pair
+  examples ([cls] opens the first sentence, each [sep] closes the one
+  before it; a pair's second text numbers on from the first's)."""
+  first = _pieces(tokenizer, [ex["text"] if "text" in ex else ex["inputs"]
+                              for ex in examples], sentences)
+  second = _pieces(tokenizer, [ex["text_b"] for ex in examples],
+                   sentences) if kind == "pair" else [([], [])] * len(first)
+  toks, types, sents = [], [], []
+  for (a, sa), (b, sb) in zip(first, second):
+    room = max_len - (3 if kind == "pair" else 2)
+    a, b = _truncate_pair(a, b, room)
+    sa = sa[:len(a)] or [1]
+    sb = [sa[-1] + s for s in sb[:len(b)]]
+    toks.append([ids.cls] + a + [ids.sep] + (b + [ids.sep] if b or
+                                             kind == "pair" else []))
+    types.append([0] * (len(a) + 2) + [1] * (len(toks[-1]) - len(a) - 2))
+    sents.append([1] + sa + [sa[-1]] + (sb + [sb[-1] if sb else sa[-1] + 1]
+                                        if kind == "pair" else []))
+  return (_fill(toks, max_len, ids.pad), _fill(types, max_len, 0),
+          _fill(sents, max_len, 0))
 
 
 def word_pieces(tokenizer, words: list[str]):
@@ -130,7 +161,8 @@ def _span_rows(examples, tokenizer, ids: Ids, max_len: int,
 
 
 def encoder_arrays(kind: str, examples: list[dict], tokenizer,
-                   max_len: int) -> dict[str, np.ndarray]:
+                   max_len: int, sentences: bool = False
+                   ) -> dict[str, np.ndarray]:
   """Arrays an encoder with a head trains and predicts on.
 
   Args:
@@ -138,19 +170,24 @@ def encoder_arrays(kind: str, examples: list[dict], tokenizer,
     examples: task examples (raw; ids are computed here).
     tokenizer: a zoo tokenizer.
     max_len: T.
+    sentences: class, pair and regression texts are read sentence by
+      sentence (`zoo.models.reads_sentences`): adds "sentence_ids".
 
   Returns:
     "tokens" int32 [N,T], "token_types" int32 [N,T] (class/pair/regression),
+    "sentence_ids" int32 [N,T] (with `sentences`: 1, 2, ...; 0 on padding),
     and per kind: "label" int32 [N] (class, pair) or float32 [N]
     (regression); "tags" int32 [N,T] and "word_pos" [N,W] (tags); "start",
     "end" int32 [N] and "answer_mask" bool [N,T] (span).
   """
   ids = Ids.of(tokenizer)
   if kind in ("class", "pair", "regression"):
-    tokens, types = _sentence_rows(kind, examples, tokenizer, ids, max_len)
+    tokens, types, sents = _sentence_rows(kind, examples, tokenizer, ids,
+                                          max_len, sentences)
     dtype = np.float32 if kind == "regression" else np.int32
-    return {"tokens": tokens, "token_types": types,
-            "label": np.asarray([ex["label"] for ex in examples], dtype)}
+    out = {"tokens": tokens, "token_types": types,
+           "label": np.asarray([ex["label"] for ex in examples], dtype)}
+    return dict(out, sentence_ids=sents) if sentences else out
   if kind == "tags":
     return _tag_rows(examples, tokenizer, ids, max_len)
   if kind == "span":
@@ -244,4 +281,5 @@ def split_arrays(spec, examples: list[dict], tokenizer,
     return decoder_arrays(
         examples, tokenizer, prompt_len=lengths["inputs"] - lengths["targets"],
         targets_len=lengths["targets"])
-  return encoder_arrays(spec.kind, examples, tokenizer, lengths["inputs"])
+  return encoder_arrays(spec.kind, examples, tokenizer, lengths["inputs"],
+                        models.reads_sentences(spec.family))

@@ -19,7 +19,7 @@ from zoo.finetune.spec import Spec
 
 def predict_heads(spec: Spec, params, arrays: dict, batch_size: int) -> dict:
   """Head predictions (numpy) of every row of encoder arrays."""
-  keys = [k for k in ("tokens", "token_types", "answer_mask") if k in arrays]
+  keys = arrays_lib.input_keys(arrays)
   parts = []
   for real, batch in arrays_lib.chunks(arrays, keys, batch_size):
     out = jax.device_get(step_lib.predict_step(spec, params, batch))

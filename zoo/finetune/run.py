@@ -196,7 +196,7 @@ def _standardized(spec: Spec, state: dict, arrays: dict,
   pooled features of every training example (`spec.standardize`)."""
   n = len(arrays["tokens"])
   rows = np.arange(-(-n // batch_size) * batch_size) % n  # whole batches
-  keys = [k for k in ("tokens", "token_types", "answer_mask") if k in arrays]
+  keys = arrays_lib.input_keys(arrays)
   parts = [step_lib.pooled_features(
       spec, state, {k: arrays[k][rows[i:i + batch_size]] for k in keys})
            for i in range(0, len(rows), batch_size)]

@@ -100,6 +100,8 @@ def _backbone_call(spec: Spec, params, batch: dict, deterministic: bool,
   if models.reads_token_types(spec.family, spec.config) and (
       "token_types" in batch):
     kw["token_types"] = batch["token_types"]
+  if "sentence_ids" in batch:  # a family that reads sentence by sentence
+    kw["segment_ids"] = batch["sentence_ids"]
   if spec.quant is None:
     return model.apply({"params": params}, batch["tokens"], rngs=rngs, **kw)
   variables = {"params": params}

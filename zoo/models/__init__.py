@@ -76,6 +76,14 @@ def reads_token_types(family: str, config) -> bool:
               or getattr(config, "type_vocab_size", 0) > 1)
 
 
+def reads_sentences(family: str) -> bool:
+  """Whether the family reads a text sentence by sentence (a family
+  module's `READS_SENTENCES = True`: Skip-Thought's encoder): its callers
+  split texts as the sample does (`data.annotate.annotate`) and pass the
+  sentence numbers as `segment_ids`."""
+  return bool(getattr(get(family), "READS_SENTENCES", False))
+
+
 # Stacks this deep run their layers as one scan unless `scan_layers` is
 # set: one layer's program to compile instead of L (an unrolled 24-layer
 # step compiles for minutes), the same params stacked on a `layers` axis.

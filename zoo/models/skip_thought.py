@@ -8,12 +8,15 @@ every sentence, so the vector reads that sentence only). The decoder
 "next" generates sentence s from the vector of sentence s - 1, the decoder
 "previous" generates sentence s from the vector of sentence s + 1; both
 read the pieces of sentence s before the one they predict (teacher
-forcing, restarting at each sentence) and the vector through their gates'
+forcing, restarting at each sentence: the caller's `decoder_inputs`) and the vector through their gates'
 conditioning matrices (`lstm.GRU`). `neighbour_vectors` is the one
 definition of which vector conditions which sentence.
 
 As an encoder (fine-tuning, probes, `zoo.load`), the model is the encoder
-alone: `hidden` is its states, `layers` that one layer. With no segment
+alone: `hidden` is its states, `layers` that one layer. Those callers read
+a text sentence by sentence, as pre-training does (`READS_SENTENCES`: the
+text is split and encoded by `data.annotate`, and the sentence numbers
+are the segment ids), so each sentence's states restart. With no segment
 ids the whole row is one sentence.
 
 Letters: B batch, T length, E embed, H units, V vocab.
@@ -30,6 +33,7 @@ from zoo.models import dense
 from zoo.models import lstm as lstm_lib
 
 INTERFACE = "encoder"
+READS_SENTENCES = True  # callers pass sentence numbers as segment_ids
 DECODERS = ("next", "previous")  # the decoder of each neighbour
 OFFSETS = {"next": -1, "previous": 1}  # sentence s reads the vector of s + o
 # Sentence vectors: an encoder, not a sentence scorer (minimal pairs).
@@ -92,35 +96,29 @@ def neighbour_vectors(hidden: jax.Array, segment_ids: jax.Array,
   return jnp.where(ok[..., None], got, 0.0), ok
 
 
-def decoder_inputs(tokens: jax.Array, segment_ids: jax.Array,
-                   start_id: int) -> jax.Array:
-  """[B,T]: each sentence's pieces moved right by one, `start_id` first."""
-  prev = jnp.concatenate([jnp.zeros_like(tokens[:, :1]), tokens[:, :-1]], 1)
-  seg_prev = jnp.concatenate([jnp.zeros_like(segment_ids[:, :1]),
-                              segment_ids[:, :-1]], 1)
-  first = seg_prev != segment_ids
-  return jnp.where(segment_ids > 0, jnp.where(first, start_id, prev), 0)
-
-
 class Model(nn.Module):
-  """The encoder, and with `return_logits` both decoders."""
+  """The encoder, and with `decoder_inputs` both decoders."""
   config: Config
 
   @nn.compact
   def __call__(self, tokens, *, segment_ids=None, deterministic: bool = True,
-               return_logits: bool = True, **unused) -> dict[str, Any]:
-    """Encodes each sentence; with `return_logits`, generates its neighbours.
+               return_logits: bool = True, decoder_inputs=None,
+               **unused) -> dict[str, Any]:
+    """Encodes each sentence; with `decoder_inputs`, generates its neighbours.
 
     Args:
       tokens: int32 [B,T] ids.
       segment_ids: int32 [B,T] sentence numbers 1, 2, ... (0 = padding);
         None -> (tokens != pad_id): each row one sentence.
       deterministic: unused (no dropout: the paper trains without).
-      return_logits: also run both decoders.
+      return_logits: with `decoder_inputs`, run both decoders.
+      decoder_inputs: int32 [B,T] the decoders' input pieces: each
+        sentence's pieces moved right by one within the sentence, a start
+        id first (teacher forcing; `objectives.common.shift_right`).
       **unused: keywords of the other families (positions, ...), ignored.
 
     Returns:
-      "hidden" [B,T,H], "layers" [hidden]; with `return_logits`,
+      "hidden" [B,T,H], "layers" [hidden]; with `decoder_inputs`,
       "logits_next" and "logits_previous" [B,T,V]: at a position of
       sentence s, that decoder's prediction of the piece there, and
       "has_next" / "has_previous" [B,T] bool: the conditioning sentence is
@@ -133,10 +131,9 @@ class Model(nn.Module):
     hidden = lstm_lib.GRU(cfg.hidden_dim, cfg.dtype, name="encoder")(
         jnp.take(table, tokens, axis=0), segment_ids)
     out = {"hidden": hidden, "layers": [hidden]}
-    if not return_logits:
+    if decoder_inputs is None or not return_logits:
       return out
-    words = jnp.take(table, decoder_inputs(tokens, segment_ids, cfg.pad_id),
-                     axis=0)
+    words = jnp.take(table, decoder_inputs, axis=0)
     vocab = dense.Dense(cfg.vocab_size, ("embed", "vocab"), dtype=cfg.dtype,
                         name="vocab")
     for name in DECODERS:
