@@ -65,17 +65,20 @@ def phrase_spans(words: list[str]) -> list[tuple[int, int]]:
   return spans
 
 
-def annotate(tokenizer, text: str) -> dict[str, np.ndarray]:
+def annotate(tokenizer, text: str, linker=None) -> dict[str, np.ndarray]:
   """Ids and annotations of one document (EOS not added).
 
   Returns int32 arrays of one length T: `tokens`, `sentence_ids` (1, 2, ...),
   `word_ids` (1, 2, ...; pieces of one word share an id), `phrase_ids`
-  (a fresh id per phrase unit; 0 outside units) and `doc_keys` (the
-  document's `data.batch.doc_key` on every piece).
+  (a fresh id per phrase unit; 0 outside units), `doc_keys` (the
+  document's `data.batch.doc_key` on every piece) and `entity_ids` (with
+  a `data.linking.Linker`: entity id + 1 at each mention's first piece;
+  else 0).
   """
   sentences = split_sentences(text)
   encoded = tokenizer.encode_batch(sentences)
-  parts = {k: [] for k in ("tokens", "sentence_ids", "word_ids", "phrase_ids")}
+  parts = {k: [] for k in ("tokens", "sentence_ids", "word_ids", "phrase_ids",
+                           "entity_ids")}
   words_before, phrases_before = 0, 0
   for s, (sentence, ids) in enumerate(zip(sentences, encoded), 1):
     ids = np.asarray(ids, np.int32)
@@ -84,15 +87,19 @@ def annotate(tokenizer, text: str) -> dict[str, np.ndarray]:
       starts[0] = True  # a sentence always opens a word
     local = np.cumsum(starts)  # 1-based word index within the sentence
     phrase = np.zeros(len(ids), np.int32)
+    entity = np.zeros(len(ids), np.int32)
     words = sentence.split()
     if len(words) == (local[-1] if len(ids) else 0):
       for k, (a, b) in enumerate(phrase_spans(words), 1):
         phrase[(local > a) & (local <= b)] = phrases_before + k
       phrases_before += len(phrase_spans(words))
+      if linker is not None:  # at each word's first piece
+        entity = np.where(starts, linker.link(words)[local - 1], 0)
     parts["tokens"].append(ids)
     parts["sentence_ids"].append(np.full(len(ids), s, np.int32))
     parts["word_ids"].append((local + words_before).astype(np.int32))
     parts["phrase_ids"].append(phrase)
+    parts["entity_ids"].append(entity.astype(np.int32))
     words_before += int(local[-1]) if len(ids) else 0
   out = {k: (np.concatenate(v).astype(np.int32) if v else
              np.zeros(0, np.int32)) for k, v in parts.items()}

@@ -14,9 +14,14 @@ are concatenated with EOS, T5-style), with the keys `KEYS`:
   0 on padding). `doc_ids` restart in every row, so only `doc_keys` tell
   whether two rows hold pieces of one document (sentence-pair negatives
   must come from another document).
+- `entity_ids`: knowledge-base entities linked to the text (`data.linking`,
+  with `data.entities`): the entity's id + 1 at the first piece of each
+  mention, 0 elsewhere and on padding. Ids of the whole knowledge base,
+  never renumbered per row.
 
 `OPTIONAL` keys may be missing from a hand-made batch: `with_defaults`
-fills them (no phrases; every (row, doc_ids) a document of its own).
+fills them (no phrases; every (row, doc_ids) a document of its own; no
+entities).
 """
 
 import zlib
@@ -25,8 +30,8 @@ from typing import Sequence
 import numpy as np
 
 KEYS = ("tokens", "doc_ids", "sentence_ids", "word_ids", "phrase_ids",
-        "doc_keys")
-OPTIONAL = ("phrase_ids", "doc_keys")
+        "doc_keys", "entity_ids")
+OPTIONAL = ("phrase_ids", "doc_keys", "entity_ids")
 _COUNTED = ("doc_ids", "sentence_ids", "word_ids")  # 1, 2, ... per row
 
 
@@ -48,8 +53,9 @@ def with_defaults(batch: dict, xp=np) -> dict:
                      f"{KEYS} ({OPTIONAL} optional)")
   out = dict(batch)
   doc = batch["doc_ids"]
-  if "phrase_ids" not in out:
-    out["phrase_ids"] = xp.zeros_like(doc)
+  for key in ("phrase_ids", "entity_ids"):
+    if key not in out:
+      out[key] = xp.zeros_like(doc)
   if "doc_keys" not in out:
     row = xp.arange(doc.shape[0], dtype=doc.dtype)[:, None]
     out["doc_keys"] = xp.where(doc > 0, row * (doc.shape[1] + 1) + doc, 0)
@@ -64,7 +70,7 @@ def check_row(row: dict[str, Sequence[int]]) -> None:
     ids = np.asarray(row[k])
     if (ids[~real] != 0).any():
       raise ValueError(f"{k} nonzero on padding")
-    if k in ("tokens", "doc_keys"):
+    if k in ("tokens", "doc_keys", "entity_ids"):
       continue
     nz = ids[ids != 0] if k == "phrase_ids" else ids[real]
     if (np.diff(nz) < 0).any():

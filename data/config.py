@@ -58,6 +58,10 @@ def default_config() -> ml_collections.ConfigDict:
   c.max_doc_rows = 64
   # Where the embedded sample lives; "": `<data_dir()>/sample`.
   c.sample_dir = ""
+  # Knowledge-base entities to link in the text ("" none, or "wordnet":
+  # WordNet's noun synsets by lemma match, `data.linking`), filling the
+  # rows' `entity_ids` (ERNIE's knowledgeable schemes read them).
+  c.entities = ""
   return c
 
 

@@ -30,6 +30,7 @@ import grain
 import numpy as np
 
 from data import annotate as annotate_lib
+from data import linking
 from data import batch as batch_lib
 from data import c4
 from data import config as config_lib
@@ -72,8 +73,9 @@ class Annotate(grain.transforms.Map):
   is counted.
   """
 
-  def __init__(self, tokenizer, max_tokens: int | None):
+  def __init__(self, tokenizer, max_tokens: int | None, linker=None):
     self.tokenizer, self.max_tokens = tokenizer, max_tokens
+    self.linker = linker
 
   def map(self, element):
     """Per-document int32 `[T]` arrays and `bad`, int32 `[len(REASONS)]`."""
@@ -88,7 +90,7 @@ class Annotate(grain.transforms.Map):
     if not text.strip():
       bad["empty"] = 1
       return {**empty, "bad": _bad_vector(bad)}
-    doc = annotate_lib.annotate(self.tokenizer, text)
+    doc = annotate_lib.annotate(self.tokenizer, text, self.linker)
     if self.max_tokens is not None and len(doc["tokens"]) > self.max_tokens:
       bad["long_doc_truncated"] = 1
       doc = {k: v[:self.max_tokens] for k, v in doc.items()}
@@ -459,7 +461,8 @@ def _slots(cfg, tokenizer, split, seed, rows, global_rows, seq_len):
   source = (None if cfg.source in ("c4", "parallel")
             else shuffled_source(cfg, split, seed))
   whole = cfg.mode == "stream"  # a stream reads every document to its end
-  annotate = Annotate(tokenizer, None if whole else cfg.max_doc_rows * seq_len)
+  annotate = Annotate(tokenizer, None if whole else cfg.max_doc_rows * seq_len,
+                      linking.linker(cfg.entities))
   eos = tokenizer.specials()["eos"]
   ds = Slots({r: Pack(documents(cfg, split, seed, r, global_rows, source)
                       .map(annotate), seq_len, eos) for r in rows}, seq_len)

