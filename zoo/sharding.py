@@ -43,6 +43,8 @@ DEFAULT_RULES = (
     ("char_vocab", None),
     ("adapter", None),
     ("classes", None),
+    ("entities", None),  # a knowledge base's entity table (ERNIE's)
+    ("entity", None),  # entity vectors' width, replicated
 )
 
 Rules = tuple[tuple[str, Any], ...]

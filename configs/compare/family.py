@@ -23,7 +23,7 @@ PREFERRED = {
     "bilm": "elmo", "unilm": "unilm", "mass": "bart", "bart": "bart",
     "electra": "electra", "plm": "xlnet", "awd_lm": "awd_lstm",
     "skipgram": "word2vec", "skip_thought": "skip_thought", "cove_mt": "cove",
-    "cbow": "word2vec",
+    "cbow": "word2vec", "ernie": "ernie",
 }
 FALLBACK = ("bert", "gpt2", "t5", "bart", "electra", "elmo", "unilm",
             "albert")
@@ -41,10 +41,12 @@ FAMILY_SCHEME.update(t5="t5_span", roberta="mlm", distilbert="mlm",
 # Schemes that learn from a trained teacher (`objectives.distill`): they
 # run in `configs/compare/compress.py`, beside the teacher they shrink.
 TEACHER_SCHEMES = ("distil", "tinybert")
-# Schemes that pre-train on other text than the sample's prose, and where
+# Schemes that pre-train on other data than the grid's rows, and where
 # their rows read it: CoVe translates the parallel sample (`data.parallel`;
-# the same tokenizer, so the views read it like any row).
-OTHER_DATA_SCHEMES = {"cove_mt": {"source": "parallel"}}
+# the same tokenizer, so the views read it like any row); ERNIE reads the
+# prose with WordNet's nouns linked (`data.linking`).
+OTHER_DATA_SCHEMES = {"cove_mt": {"source": "parallel"},
+                      "ernie": {"entities": "wordnet"}}
 
 # Cells beyond one per scheme: a family whose paper's point is an option of
 # a shared scheme.

@@ -41,6 +41,7 @@ FAMILIES = {
     "awd_lstm": "zoo.models.awd_lstm",
     "skip_thought": "zoo.models.skip_thought",
     "cove": "zoo.models.cove",
+    "ernie": "zoo.models.ernie",
     "word2vec": "zoo.models.static",
     "fasttext": "zoo.models.static",
 }
