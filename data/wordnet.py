@@ -78,6 +78,24 @@ class KnowledgeBase:
 _MARKER = re.compile(r"\((a|p|ip)\)$")  # adjectives' syntactic markers
 
 
+# Relations whose pairs a knowledge probe asks about: 15% of their pairs (by
+# a hash of the two synsets, `sources.bucket` "test") are held out of
+# everything trained on the knowledge base (`held_out`).
+PROBED = ("hypernym", "hyponym")
+
+
+def held_out(kb: KnowledgeBase) -> np.ndarray:
+  """bool [N]: the triples of `kb` held out for the knowledge probe (both
+  directions of a held-out hypernym pair)."""
+  probed = [kb.relations.index(r) for r in PROBED if r in kb.relations]
+  out = np.zeros(len(kb.triples), bool)
+  for i, (h, r, t) in enumerate(kb.triples.tolist()):
+    if r in probed:
+      a, b = sorted((kb.synsets[h].key, kb.synsets[t].key))
+      out[i] = sources.bucket(f"{a} {b}") == "test"
+  return out
+
+
 def _pos(tag: str) -> str:
   return "a" if tag == "s" else tag
 

@@ -1,5 +1,6 @@
 """data.wordnet: WordNet's database files as (head, relation, tail)."""
 
+import numpy as np
 import pytest
 
 from data import wordnet
@@ -54,3 +55,16 @@ def test_the_installed_nouns_hold_the_hierarchy(nouns):
   # Only noun synsets: pointers to verbs (derivations) are dropped.
   assert nouns.triples.max() < len(nouns.synsets)
   assert all(s.key[0] == "n" for s in nouns.synsets[:100])
+
+
+def test_held_out_pairs_leave_in_both_directions(nouns):
+  out = wordnet.held_out(nouns)
+  probed = {nouns.relations.index(r) for r in wordnet.PROBED}
+  rel = nouns.triples[:, 1]
+  assert not out[~np.isin(rel, list(probed))].any()
+  share = out[np.isin(rel, list(probed))].mean()
+  assert 0.12 < share < 0.18
+  pairs = {frozenset((h, t)) for h, _, t in nouns.triples[out].tolist()}
+  kept = {frozenset((h, t)) for h, r, t in nouns.triples[~out].tolist()
+          if r in probed}
+  assert not pairs & kept

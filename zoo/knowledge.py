@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from data import config as data_config
 from data import linking
+from data import wordnet
 from objectives import transe
 
 
@@ -110,17 +111,19 @@ def train_transe(triples: np.ndarray, num_entities: int, num_relations: int,
 @functools.lru_cache(maxsize=4)
 def entity_table(kb: str = "wordnet", c: TransE = TransE()) -> np.ndarray:
   """float32 [K + 1, D]: row 0 zeros ("no entity"), row i + 1 the TransE
-  vector of entity i of `data.linking.linker(kb)`'s knowledge base. Trained
+  vector of entity i of `data.linking.linker(kb)`'s knowledge base, trained
+  on its triples but the knowledge probe's (`wordnet.held_out`). Trained
   on first use and cached in `<data_dir>/entities/`."""
   base = linking.linker(kb).kb
+  triples = base.triples[~wordnet.held_out(base)]
   key = hashlib.sha256(json.dumps(
-      [kb, dataclasses.asdict(c), len(base.synsets), len(base.triples)]
+      [kb, dataclasses.asdict(c), len(base.synsets), len(triples)]
   ).encode()).hexdigest()[:12]
   path = data_config.data_dir() / "entities" / f"{kb}-transe-{key}.npz"
   if path.exists():
     with np.load(path, allow_pickle=False) as f:
       return f["table"]
-  params, losses = train_transe(base.triples, len(base.synsets),
+  params, losses = train_transe(triples, len(base.synsets),
                                 len(base.relations), c)
   table = np.concatenate([np.zeros((1, c.dim), np.float32),
                           np.asarray(params["entities"], np.float32)])
