@@ -127,6 +127,26 @@ class Linker:
     return out
 
 
+def link_pieces(linker: Linker, tokenizer, ids, special=()) -> np.ndarray:
+  """int32 [T]: entity id + 1 at the first piece of each mention in a row
+  of piece `ids` (words are runs of pieces from a `word_start` piece;
+  words holding a `special` id are never linked), 0 elsewhere."""
+  ids = np.asarray(ids)
+  starts = np.flatnonzero(tokenizer.word_start[ids] | np.isin(ids, special))
+  bounds = list(starts) + [len(ids)]
+  words, firsts = [], []
+  for a, b in zip(bounds, bounds[1:]):
+    if np.isin(ids[a:b], special).any():
+      words.append("")  # never linked, and no mention runs across it
+    else:
+      words.append(tokenizer.decode([int(i) for i in ids[a:b]]).strip())
+    firsts.append(a)
+  out = np.zeros(len(ids), np.int32)
+  links = linker.link(words) if words else np.zeros(0, np.int32)
+  out[np.asarray(firsts, int)] = links
+  return out
+
+
 KNOWLEDGE_BASES = ("wordnet",)
 
 

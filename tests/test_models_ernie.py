@@ -5,7 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from data import linking
 from tests import objective_checks as testing
+from zoo import knowledge
+from zoo import loading
 from zoo import models
 from zoo.models import ernie
 
@@ -77,3 +80,23 @@ def test_wrong_entity_width_is_named(model):
 
 def test_every_param_maps_onto_a_mesh():
   testing.assert_params_map_onto_mesh("ernie", "ernie")
+
+
+def test_a_loaded_ernie_reads_the_entities_of_its_text(tok):
+  config = models.make_config("ernie", "tiny", vocab_size=tok.vocab_size)
+  params = models.init_params("ernie", config, jax.random.key(0))
+  loaded = loading.Loaded("ernie", config, params, tok, None, "",
+                          run_config={"data": {"entities": "wordnet"}})
+  tokens = loaded.batch(["a dog is a kind of <mask>."])
+  vectors = np.asarray(loaded.entity_vectors(tokens))
+  dog = list(tokens[0]).index(tok.encode(" dog")[0])
+  linked = np.flatnonzero(np.abs(vectors[0]).sum(-1))
+  assert dog in linked and tokens[0][linked].tolist() != []
+  table = knowledge.entity_table("wordnet", knowledge.TransE(dim=16))
+  entity = linking.linker("wordnet").link(["dog"])[0]
+  np.testing.assert_array_equal(vectors[0, dog], table[entity])
+  # The masked prediction reads them: it differs from the text alone.
+  with_kb = loaded.mask_logits(["a dog is a kind of <mask>."])
+  bare = ernie.Model(config).apply({"params": params}, jnp.asarray(tokens))
+  mask = list(tokens[0]).index(tok.specials()["mask"])
+  assert np.abs(with_kb[0] - np.asarray(bare["logits"][0, mask])).max() > 0

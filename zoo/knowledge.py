@@ -132,3 +132,20 @@ def entity_table(kb: str = "wordnet", c: TransE = TransE()) -> np.ndarray:
   np.savez(tmp, table=table, losses=np.asarray(losses, np.float32))
   os.replace(tmp, path)
   return table
+
+
+SPECIAL = ("pad", "eos", "unk", "mask", "cls", "sep", "bos")
+
+
+def entity_inputs(tokenizer, tokens: np.ndarray, kb: str = "wordnet",
+                  dim: int = 100) -> np.ndarray:
+  """float32 [B,T,D]: the TransE vectors (`entity_table`) of the entities
+  `data.linking` finds in rows of piece ids [B,T] (at each mention's first
+  piece; special pieces and padding are never linked), zeros elsewhere:
+  what ERNIE reads beside text that was not linked when it was built."""
+  specials = tokenizer.specials()
+  special = [specials[k] for k in SPECIAL if k in specials]
+  linker = linking.linker(kb)
+  ids = np.stack([linking.link_pieces(linker, tokenizer, row, special)
+                  for row in np.asarray(tokens)])
+  return entity_table(kb, TransE(dim=dim))[ids]

@@ -214,7 +214,7 @@ class Loaded:
     if not len(where):
       raise ValueError(f"no mask in {text!r}; write one of {MASK_MARKERS}")
     logits = _logits(self.family, self.config, self.params,
-                     jnp.asarray(tokens))
+                     jnp.asarray(tokens), self.entity_vectors(tokens))
     if logits.ndim != 3 or logits.shape[-1] != self.config.vocab_size:
       raise ValueError(f"{self.family}'s logits {logits.shape} are not over "
                        "the vocabulary (an ELECTRA discriminator scores "
@@ -226,6 +226,33 @@ class Loaded:
       out.append([(self._tok().decode([int(i)]), float(row[i]))
                   for i in best])
     return out
+
+  def mask_logits(self, texts: list[str], batch_size: int = 64
+                  ) -> np.ndarray:
+    """float32 [N, V]: the MLM logits at the one mask of each text."""
+    out = []
+    mask_id = self._tok().specials()["mask"]
+    for start in range(0, len(texts), batch_size):
+      tokens = self.batch(list(texts[start:start + batch_size]))
+      rows, cols = np.nonzero(tokens == mask_id)
+      if len(rows) != len(tokens) or len(set(rows)) != len(tokens):
+        raise ValueError("mask_logits needs exactly one mask in each text")
+      logits = _logits(self.family, self.config, self.params,
+                       jnp.asarray(tokens), self.entity_vectors(tokens))
+      out.append(np.asarray(logits)[rows, cols])
+    return np.concatenate(out)
+
+  def entity_vectors(self, tokens: np.ndarray):
+    """[B,T,E] float32: for a knowledgeable family (ERNIE), the TransE
+    vectors of the entities linked in the rows (`data.linking`, at each
+    mention's first piece; the workdir's `data.entities`), else None."""
+    if not hasattr(self.config, "entity_dim"):
+      return None
+    from zoo import knowledge  # pylint: disable=g-import-not-at-top
+    kb = ((self.run_config or {}).get("data", {}).get("entities")
+          or "wordnet")
+    return jnp.asarray(knowledge.entity_inputs(
+        self._tok(), tokens, kb, self.config.entity_dim))
 
   def generate(self, text: str, max_len: int = 32) -> str:
     """Greedy continuation (decoders) or target (encoder-decoders)."""
@@ -326,10 +353,12 @@ def _embed(family, config, params, tokens, segment_ids=None):
 
 
 @functools.partial(jax.jit, static_argnames=("family", "config"))
-def _logits(family, config, params, tokens):
-  """[B,T,V] LM logits of an encoder."""
+def _logits(family, config, params, tokens, entities=None):
+  """[B,T,V] LM logits of an encoder (`entities` [B,T,E]: ERNIE's linked
+  entity vectors)."""
   model = models.get(family).Model(config)
-  out = model.apply({"params": params}, tokens)
+  kw = {} if entities is None else {"entities": entities}
+  out = model.apply({"params": params}, tokens, **kw)
   if "logits" not in out:
     raise ValueError(f"{family} returns no LM logits; fill_mask needs them")
   return out["logits"]
