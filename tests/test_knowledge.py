@@ -23,7 +23,7 @@ def test_transe_learns_a_chain_and_its_inverse():
   nxt = [(i, 0, i + 1) for i in range(11)]
   prev = [(i + 1, 1, i) for i in range(11)]
   triples = np.asarray(nxt + prev, np.int32)
-  c = knowledge.TransE(dim=16, epochs=400, batch_size=22, lr=0.05, margin=1.0)
+  c = knowledge.TransE(dim=16, epochs=400, batch_size=22, lr=0.01, margin=1.0)
   params, losses = knowledge.train_transe(triples, 12, 2, c, progress=False)
   assert losses[-1] < 0.2 * losses[0]
   ranks = _ranks(params, triples)
