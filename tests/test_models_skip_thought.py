@@ -1,6 +1,8 @@
 """Skip-Thought: the GRU by hand, which vector conditions which sentence,
 decoders that never see the sentence they predict, and the scheme's loss."""
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -157,6 +159,12 @@ def test_a_loaded_encoder_reads_each_sentence_of_a_text_afresh(tok):
   # encoder restarts there (its eos closes that sentence in both rows).
   np.testing.assert_allclose(both["hidden"][0, first:],
                              alone["hidden"][0], atol=1e-6)
+  # Read whole (sentence_reading=False), the state runs on across them.
+  whole = dataclasses.replace(loaded, config=dataclasses.replace(
+      config, sentence_reading=False))
+  assert whole.sentence_ids([TWO], 20) is None
+  assert np.abs(whole.embed([TWO])["hidden"][0, first:len(ids)]
+                - both["hidden"][0, first:len(ids)]).max() > 1e-4
 
 
 def test_fine_tuning_rows_number_the_sentences(tok):

@@ -91,7 +91,7 @@ class Loaded:
     if hasattr(tok, "row"):  # a Hugging Face folder's own tokenizer
       return tok.row(text)
     s = tok.specials()
-    if models.reads_sentences(self.family):  # as `sentence_ids` numbers them
+    if models.reads_sentences(self.family, self.config):  # as sentence_ids
       return annotate.annotate(tok, text)["tokens"].tolist() + [s["eos"]]
     pieces = []
     for i, part in enumerate(_split_masks(text)):
@@ -118,7 +118,7 @@ class Loaded:
     for a family that reads sentence by sentence (`models.reads_sentences`:
     its rows are then encoded as the sample's are, sentence by sentence),
     else None."""
-    if not models.reads_sentences(self.family):
+    if not models.reads_sentences(self.family, self.config):
       return None
     out = np.zeros((len(texts), length), np.int32)
     for i, text in enumerate(texts):

@@ -282,4 +282,4 @@ def split_arrays(spec, examples: list[dict], tokenizer,
         examples, tokenizer, prompt_len=lengths["inputs"] - lengths["targets"],
         targets_len=lengths["targets"])
   return encoder_arrays(spec.kind, examples, tokenizer, lengths["inputs"],
-                        models.reads_sentences(spec.family))
+                        models.reads_sentences(spec.family, spec.config))

@@ -77,12 +77,14 @@ def reads_token_types(family: str, config) -> bool:
               or getattr(config, "type_vocab_size", 0) > 1)
 
 
-def reads_sentences(family: str) -> bool:
+def reads_sentences(family: str, config=None) -> bool:
   """Whether the family reads a text sentence by sentence (a family
-  module's `READS_SENTENCES = True`: Skip-Thought's encoder): its callers
-  split texts as the sample does (`data.annotate.annotate`) and pass the
-  sentence numbers as `segment_ids`."""
-  return bool(getattr(get(family), "READS_SENTENCES", False))
+  module's `READS_SENTENCES = True`: Skip-Thought's encoder, unless its
+  config's `sentence_reading` is off): its callers split texts as the
+  sample does (`data.annotate.annotate`) and pass the sentence numbers as
+  `segment_ids`."""
+  return bool(getattr(get(family), "READS_SENTENCES", False)
+              and getattr(config, "sentence_reading", True))
 
 
 # Stacks this deep run their layers as one scan unless `scan_layers` is

@@ -16,7 +16,8 @@ As an encoder (fine-tuning, probes, `zoo.load`), the model is the encoder
 alone: `hidden` is its states, `layers` that one layer. Those callers read
 a text sentence by sentence, as pre-training does (`READS_SENTENCES`: the
 text is split and encoded by `data.annotate`, and the sentence numbers
-are the segment ids), so each sentence's states restart. With no segment
+are the segment ids), so each sentence's states restart; with
+`sentence_reading=False` they read a text as one sequence. With no segment
 ids the whole row is one sentence.
 
 Letters: B batch, T length, E embed, H units, V vocab.
@@ -50,6 +51,9 @@ class Config:
   embed_dim: int = 620  # E: word vectors
   hidden_dim: int = 2400  # H: encoder and decoder units
   scan_layers: bool = False  # one recurrent layer: nothing to scan
+  # Probes, fine-tuning and zoo.load read a text sentence by sentence
+  # (READS_SENTENCES); False: the whole text as one sequence.
+  sentence_reading: bool = True
 
 
 SIZES = {
