@@ -1,7 +1,7 @@
 """Skip-Thought's encoder reading a text sentence by sentence, or whole.
 
     python bench/skip_thought_reading.py --workdir workdirs/prebert6 \\
-        [--rows skip_thought,random_skip_thought] \\
+        --grid_arg tokens=11600000 [--rows skip_thought,random_skip_thought] \\
         [--config configs.compare.family]
 
 Pre-training shows the encoder one sentence at a time (its state restarts
@@ -9,7 +9,8 @@ at every sentence). A task's text has several, so a reader chooses: the
 zoo's default reads it as pre-training did (`sentence_reading=True`:
 split as the sample is split, each sentence encoded afresh), the other
 way reads the whole text as one sequence. For each row of a finished
-`zoo.compare` run of `--config`, this runs the grid's probe view both
+`zoo.compare` run of `--config` (with `--grid_arg`, the argument
+after its ":"), this runs the grid's probe view both
 ways and prints one JSON line per (row, reading): each task's metric (the
 grid's point value, every example of the report split) and their average.
 """
@@ -35,9 +36,11 @@ def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--workdir", default="workdirs/prebert6")
   p.add_argument("--config", default="configs.compare.family")
+  p.add_argument("--grid_arg", default="",
+                 help="the grid's argument, e.g. tokens=11600000")
   p.add_argument("--rows", default="skip_thought,random_skip_thought")
   args = p.parse_args(argv)
-  grid = importlib.import_module(args.config).get_config()
+  grid = importlib.import_module(args.config).get_config(args.grid_arg or None)
   inputs = run_lib._Inputs(grid)  # pylint: disable=protected-access
   cells = {c.name: c for c in cells_lib.parse_cells(grid)}
   for name in args.rows.split(","):
