@@ -192,10 +192,38 @@ def static_section(r: dict) -> list[str]:
   return out + [""]
 
 
+def _ci(v) -> str:
+  """"point [low, high]" of a [point, low, high] triple."""
+  return f"{v[0]:.1f} [{v[1]:.1f}, {v[2]:.1f}]"
+
+
+def knowledge_probe_section(r: dict) -> list[str]:
+  """Markdown lines for one `knowledge_probe` record."""
+  rows = r["rows"]
+  out = [f"WordNet hypernym cloze, {rows[0]['facts']} held-out facts, "
+         f"answers ranked among the probe's {rows[0]['candidates']}; x 100, "
+         "point [95% bootstrap interval over facts]; Δ: paired difference "
+         f"to the same model at random init. {machine_line(r['machine'])}",
+         "", "| workdir | family | P@1 | random | Δ | MRR | random | Δ |",
+         "|---|---|---:|---:|---:|---:|---:|---:|"]
+  for row in rows:
+    cells = []
+    for metric in ("p_at_1", "mrr"):
+      m = row[metric]
+      star = "*" if m["delta"][1] > 0 or m["delta"][2] < 0 else ""
+      cells += [_ci(m["trained"]), _ci(m["random"]),
+                f"{m['delta'][0]:+.1f} [{m['delta'][1]:+.1f}, "
+                f"{m['delta'][2]:+.1f}]{star}"]
+    out.append(f"| {row['workdir']} | {row['family']} | "
+               + " | ".join(cells) + " |")
+  return out + [""]
+
+
 _SECTIONS = {"train_step": train_step_section,
              "attention": attention_section, "depth": depth_section,
              "prune": prune_section, "quant": quant_section,
-             "static_vs_gensim": static_section}
+             "static_vs_gensim": static_section,
+             "knowledge_probe": knowledge_probe_section}
 
 
 def section(records: list[dict]) -> str:

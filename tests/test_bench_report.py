@@ -180,3 +180,18 @@ def test_static_record_renders_means_and_ranges_per_implementation():
   assert "| skipgram | zoo | 61.0 [60.0, 62.0] | 72.0 [70.0, 74.0] |" in body
   assert "| skipgram | gensim | 61.0 [61.0, 61.0] | 72.5 [72.0, 73.0] |" in body
   assert "2 seeds each" in body and "1.70M training pieces" in body
+
+
+def test_knowledge_probe_record_marks_deltas_whose_interval_excludes_zero():
+  row = {"workdir": "ernie", "family": "ernie", "facts": 10,
+         "candidates": 7,
+         "p_at_1": {"trained": [4.5, 2.0, 7.5], "random": [0.5, 0.0, 1.5],
+                    "delta": [4.0, 1.0, 7.0]},
+         "mrr": {"trained": [7.3, 4.7, 10.2], "random": [3.9, 2.8, 5.2],
+                 "delta": [3.4, -0.3, 6.8]}}
+  body = report.section([{"bench": "knowledge_probe", "machine": MACHINE,
+                          "rows": [row]}])
+  assert ("| ernie | ernie | 4.5 [2.0, 7.5] | 0.5 [0.0, 1.5] | "
+          "+4.0 [+1.0, +7.0]* | 7.3 [4.7, 10.2] | 3.9 [2.8, 5.2] | "
+          "+3.4 [-0.3, +6.8] |") in body
+  assert "10 held-out facts" in body and "among the probe's 7" in body
