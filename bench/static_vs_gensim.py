@@ -2,6 +2,7 @@
 
     python bench/static_vs_gensim.py [--schemes skipgram,cbow,fasttext]
         [--seeds 2] [--passes 5] [--size small] [--workdir DIR]
+        [--zoo_flags=--config.optimizer.lr=0.02]
 
 For each scheme and seed, the zoo trains its config
 (`configs/word2vec_skipgram.py`, `word2vec_cbow.py`, `fasttext_skipgram.py`
@@ -60,6 +61,10 @@ def parse_args(argv):
   p.add_argument("--passes", type=int, default=5)
   p.add_argument("--size", default="small")
   p.add_argument("--workdir", default="/tmp/static_vs_gensim")
+  p.add_argument("--zoo_flags", default="",
+                 help="more zoo.train flags for the zoo's runs (their "
+                 "workdirs are reused: give such runs a --workdir of their "
+                 "own)")
   args = p.parse_args(argv)
   args.schemes = [s for s in args.schemes.split(",") if s]
   return args
@@ -86,7 +91,8 @@ def train_zoo(scheme, args, seed, steps):
     subprocess.run([sys.executable, "-m", "zoo.train", "--config",
                     f"{REPO}/configs/{CONFIGS[scheme]}.py",
                     f"--config.size={args.size}", f"--config.steps={steps}",
-                    f"--config.seed={seed}", "--workdir", workdir],
+                    f"--config.seed={seed}", "--workdir", workdir]
+                   + args.zoo_flags.split(),
                    cwd=REPO, check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
   return loading.load(workdir)
