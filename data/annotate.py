@@ -87,19 +87,17 @@ def annotate(tokenizer, text: str, linker=None) -> dict[str, np.ndarray]:
       starts[0] = True  # a sentence always opens a word
     local = np.cumsum(starts)  # 1-based word index within the sentence
     phrase = np.zeros(len(ids), np.int32)
-    entity = np.zeros(len(ids), np.int32)
     words = sentence.split()
     if len(words) == (local[-1] if len(ids) else 0):
       for k, (a, b) in enumerate(phrase_spans(words), 1):
         phrase[(local > a) & (local <= b)] = phrases_before + k
       phrases_before += len(phrase_spans(words))
-      if linker is not None:  # at each word's first piece
-        entity = np.where(starts, linker.link(words)[local - 1], 0)
     parts["tokens"].append(ids)
     parts["sentence_ids"].append(np.full(len(ids), s, np.int32))
     parts["word_ids"].append((local + words_before).astype(np.int32))
     parts["phrase_ids"].append(phrase)
-    parts["entity_ids"].append(entity.astype(np.int32))
+    parts["entity_ids"].append(np.zeros(len(ids), np.int32) if linker is None
+                               else linker.link_pieces(tokenizer, ids))
     words_before += int(local[-1]) if len(ids) else 0
   out = {k: (np.concatenate(v).astype(np.int32) if v else
              np.zeros(0, np.int32)) for k, v in parts.items()}

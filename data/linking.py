@@ -16,7 +16,8 @@ index files: "run" and "good" stay unlinked), is not a function word, and
 has 3 or more letters ("a", "i" and "it" are noun lemmas of WordNet too).
 
 Linking is a dictionary look-up per word, done where the loader
-annotates each document (`data.annotate.annotate(..., linker=)`).
+annotates each document (`data.annotate.annotate(..., linker=)`), on the
+pieces' words (`Linker.link_pieces`).
 """
 
 import functools
@@ -110,6 +111,23 @@ class Linker:
           return lemma
     return None
 
+  def link_pieces(self, tokenizer, ids, special=()) -> np.ndarray:
+    """int32 [T]: entity id + 1 at the first piece of each mention in a
+    row of piece `ids` (words are runs of pieces from a `word_start`
+    piece; words holding a `special` id are never linked), 0 elsewhere."""
+    ids = np.asarray(ids, np.int64)
+    out = np.zeros(len(ids), np.int32)
+    if not len(ids):
+      return out
+    starts = tokenizer.word_start[ids] | np.isin(ids, special)
+    starts[0] = True
+    firsts = np.flatnonzero(starts)
+    words = ["" if np.isin(w, special).any()  # never linked, nor spanned
+             else tokenizer.decode([int(i) for i in w]).strip()
+             for w in np.split(ids, firsts[1:])]
+    out[firsts] = self.link(words)
+    return out
+
   def link(self, words: list[str]) -> np.ndarray:
     """int32 [W]: entity id + 1 at the first word of each mention, 0
     elsewhere (longest match first, left to right)."""
@@ -125,26 +143,6 @@ class Linker:
       else:
         i += 1
     return out
-
-
-def link_pieces(linker: Linker, tokenizer, ids, special=()) -> np.ndarray:
-  """int32 [T]: entity id + 1 at the first piece of each mention in a row
-  of piece `ids` (words are runs of pieces from a `word_start` piece;
-  words holding a `special` id are never linked), 0 elsewhere."""
-  ids = np.asarray(ids)
-  starts = np.flatnonzero(tokenizer.word_start[ids] | np.isin(ids, special))
-  bounds = list(starts) + [len(ids)]
-  words, firsts = [], []
-  for a, b in zip(bounds, bounds[1:]):
-    if np.isin(ids[a:b], special).any():
-      words.append("")  # never linked, and no mention runs across it
-    else:
-      words.append(tokenizer.decode([int(i) for i in ids[a:b]]).strip())
-    firsts.append(a)
-  out = np.zeros(len(ids), np.int32)
-  links = linker.link(words) if words else np.zeros(0, np.int32)
-  out[np.asarray(firsts, int)] = links
-  return out
 
 
 KNOWLEDGE_BASES = ("wordnet",)

@@ -53,7 +53,7 @@ def test_pieces_link_word_by_word_and_skip_special_ones(tok):
   linker = linking.linker("wordnet")
   s = tok.specials()
   ids = tok.encode("a dog is a kind of") + [s["mask"], s["eos"], 0, 0]
-  got = linking.link_pieces(linker, tok, ids, [s["mask"], s["eos"], 0])
+  got = linker.link_pieces(tok, ids, [s["mask"], s["eos"], 0])
   dog = ids.index(tok.encode(" dog")[0])  # one piece in the sample's
   assert got[dog] == linker.link(["dog"])[0] > 0
   assert not got[len(ids) - 4:].any()

@@ -146,6 +146,6 @@ def entity_inputs(tokenizer, tokens: np.ndarray, kb: str = "wordnet",
   specials = tokenizer.specials()
   special = [specials[k] for k in SPECIAL if k in specials]
   linker = linking.linker(kb)
-  ids = np.stack([linking.link_pieces(linker, tokenizer, row, special)
+  ids = np.stack([linker.link_pieces(tokenizer, row, special)
                   for row in np.asarray(tokens)])
   return entity_table(kb, TransE(dim=dim))[ids]

@@ -27,17 +27,17 @@ import ml_collections
 import numpy as np
 
 import objectives
-from data import annotate
 from data import tokenizer as tok_lib
 from zoo import checkpoint as ckpt_lib
 from zoo import generate as gen_lib
 from zoo import models
+from zoo import rows as rows_lib
 from zoo import scoring
 from zoo import train_lib
 from zoo.models import blocks
 from zoo.models import interface_of
 
-MASK_MARKERS = tok_lib.MASK_MARKERS
+MASK_MARKERS = rows_lib.MASK_MARKERS
 
 
 @dataclasses.dataclass
@@ -84,48 +84,38 @@ class Loaded:
     return self.tokenizer
 
   def ids(self, text: str) -> list[int]:
-    """The ids a text is fed as: `[cls] text [sep]` for WordPiece (BERT's
-    convention), `text eos` for SentencePiece (the pre-training rows'), and
-    what the reference feeds for a Hugging Face folder's tokenizer."""
-    tok = self._tok()
-    if hasattr(tok, "row"):  # a Hugging Face folder's own tokenizer
-      return tok.row(text)
-    s = tok.specials()
-    if models.reads_sentences(self.family, self.config):  # as sentence_ids
-      return annotate.annotate(tok, text)["tokens"].tolist() + [s["eos"]]
-    pieces = []
-    for i, part in enumerate(_split_masks(text)):
-      pieces += ([s["mask"]] if i else []) + (tok.encode(part) if part else [])
-    if getattr(tok, "kind", "") == "wordpiece":
-      return [s["cls"]] + pieces + [s["sep"]]
-    return pieces + [s["eos"]]
+    """The ids a text is fed as (`rows.text_row`)."""
+    return rows_lib.text_row(self._tok(), text, self._reads_sentences)[0]
 
-  def batch(self, texts: list[str], max_len: int | None = None) -> np.ndarray:
-    """int32 [B,T] right-padded ids of `texts` (T: the longest, or max_len)."""
-    rows = [self.ids(t) for t in texts]
-    length = max_len or max(len(r) for r in rows)
+  @property
+  def _reads_sentences(self) -> bool:
+    return models.reads_sentences(self.family, self.config)
+
+  def _rows(self, texts: list[str], max_len: int | None):
+    """(ids int32 [B,T] right-padded, T the longest or `max_len`; their
+    sentence numbers [B,T], 0 on padding, or None unless the family reads
+    sentence by sentence), from one pass over the texts."""
+    rows = [rows_lib.text_row(self._tok(), t, self._reads_sentences)
+            for t in texts]
+    length = max_len or max(len(ids) for ids, _ in rows)
     limit = getattr(self.config, "max_len", None)
     if limit is not None and length > limit:
       raise ValueError(f"{length} ids exceed the {self.family} position "
                        f"table ({limit}); pass a shorter max_len")
-    out = np.full((len(rows), length), self.config.pad_id, np.int32)
-    for i, row in enumerate(rows):
-      out[i, :min(len(row), length)] = row[:length]
-    return out
+    tokens = rows_lib.pad([ids for ids, _ in rows], length, self.config.pad_id)
+    if not self._reads_sentences:
+      return tokens, None
+    return tokens, rows_lib.pad([n for _, n in rows], length, 0)
+
+  def batch(self, texts: list[str], max_len: int | None = None) -> np.ndarray:
+    """int32 [B,T] right-padded ids of `texts` (T: the longest, or max_len)."""
+    return self._rows(list(texts), max_len)[0]
 
   def sentence_ids(self, texts: list[str], length: int) -> np.ndarray | None:
-    """int32 [B,T] sentence numbers of `batch(texts)` rows (0 on padding)
-    for a family that reads sentence by sentence (`models.reads_sentences`:
-    its rows are then encoded as the sample's are, sentence by sentence),
-    else None."""
-    if not models.reads_sentences(self.family, self.config):
-      return None
-    out = np.zeros((len(texts), length), np.int32)
-    for i, text in enumerate(texts):
-      sents = annotate.annotate(self._tok(), text)["sentence_ids"].tolist()
-      row = sents + [sents[-1] if sents else 1]  # the closing eos
-      out[i, :min(len(row), length)] = row[:length]
-    return out
+    """int32 [B,T] sentence numbers of `batch(texts, length)`'s rows (0 on
+    padding) for a family that reads sentence by sentence
+    (`models.reads_sentences`), else None."""
+    return self._rows(list(texts), length)[1]
 
   def embed(self, texts: list[str], max_len: int | None = None
             ) -> dict[str, np.ndarray]:
@@ -137,8 +127,7 @@ class Loaded:
       (real pieces), "mean" float32 [B,D] and "layers_mean" float32
       [L+1,B,D]: `hidden` and `layers` averaged over the real pieces.
     """
-    tokens = self.batch(list(texts), max_len)
-    sentences = self.sentence_ids(list(texts), tokens.shape[1])
+    tokens, sentences = self._rows(list(texts), max_len)
     out = _embed(self.family, self.config, self.params, jnp.asarray(tokens),
                  None if sentences is None else jnp.asarray(sentences))
     out = {k: np.asarray(v) for k, v in jax.device_get(out).items()}
@@ -154,7 +143,7 @@ class Loaded:
     if text is None:
       return self.static_vector(word)
     tokens = self.ids(text)
-    start, n = _find(tokens, self._tok().encode(" " + word), word, text)
+    start, n = rows_lib.find(tokens, self._tok().encode(" " + word), word, text)
     hidden = self.embed([text])["hidden"][0]
     return hidden[start:start + n].mean(0)
 
@@ -304,23 +293,6 @@ class Loaded:
       ValueError: the family has no natural sentence score.
     """
     return scoring.method(self.family, self.config, self.objective)
-
-
-def _split_masks(text: str) -> list[str]:
-  """`text` cut at each mask marker (the parts between masks)."""
-  for marker in MASK_MARKERS[1:]:
-    text = text.replace(marker, MASK_MARKERS[0])
-  return text.split(MASK_MARKERS[0])
-
-
-def _find(tokens: list[int], pieces: list[int], word: str, text: str):
-  """(start, length) of the first run of `pieces` inside `tokens`."""
-  n = len(pieces)
-  for i in range(len(tokens) - n + 1):
-    if tokens[i:i + n] == pieces:
-      return i, n
-  raise ValueError(f"the pieces of {word!r} do not occur in the ids of "
-                   f"{text!r} (is it a whole word there?)")
 
 
 def embedding_table(params, vocab_size: int):
