@@ -2,11 +2,14 @@
 
     python bench/static_vs_gensim.py [--schemes skipgram,cbow,fasttext]
         [--seeds 2] [--passes 5] [--size small] [--workdir DIR]
+        [--batch 32] [--impls zoo,gensim]
+        [--config_arg objective_args.reduction=sum,...]
         [--zoo_flags=--config.optimizer.lr=0.02]
 
 For each scheme and seed, the zoo trains its config
 (`configs/word2vec_skipgram.py`, `word2vec_cbow.py`, `fasttext_skipgram.py`
-at `--size`, `--passes` passes over the sample, `seed`) with `zoo.train`,
+at `--size`, `--passes` passes over the sample in rows of 128 pieces,
+`--batch` rows a step, `seed`) with `zoo.train`,
 and gensim trains its model with the same hyper-parameters (width,
 window 5, 5 noise pieces, subsampling at 1e-3, noise exponent 0.75,
 FastText's n-grams of 3 to 6 in the same number of buckets, the same
@@ -44,6 +47,7 @@ from data import tasks as tasks_lib
 from data import minimal_pairs
 from data import word_classes
 from zoo import loading
+from zoo import models
 from zoo.convert import gensim as gensim_convert
 from zoo.harness import probe
 from zoo.harness import statistics
@@ -60,13 +64,23 @@ def parse_args(argv):
   p.add_argument("--seeds", type=int, default=2)
   p.add_argument("--passes", type=int, default=5)
   p.add_argument("--size", default="small")
+  p.add_argument("--batch", type=int, default=32,
+                 help="rows of 128 pieces per zoo step")
+  p.add_argument("--impls", default="zoo,gensim",
+                 help="which implementations to train and read")
   p.add_argument("--workdir", default="/tmp/static_vs_gensim")
+  p.add_argument("--config_arg", default="",
+                 help="the zoo configs' argument (`key=value,...` after "
+                 "the config file's name)")
   p.add_argument("--zoo_flags", default="",
                  help="more zoo.train flags for the zoo's runs (their "
                  "workdirs are reused: give such runs a --workdir of their "
                  "own)")
   args = p.parse_args(argv)
   args.schemes = [s for s in args.schemes.split(",") if s]
+  args.impls = [s for s in args.impls.split(",") if s]
+  if not set(args.impls) <= {"zoo", "gensim"} or not args.impls:
+    p.error(f"--impls {args.impls} must name zoo, gensim or both")
   return args
 
 
@@ -89,8 +103,10 @@ def train_zoo(scheme, args, seed, steps):
   if not os.path.isdir(os.path.join(workdir, "checkpoints", str(steps))):
     # Flags, not the config's argument: "tiny" there also shrinks the run.
     subprocess.run([sys.executable, "-m", "zoo.train", "--config",
-                    f"{REPO}/configs/{CONFIGS[scheme]}.py",
+                    f"{REPO}/configs/{CONFIGS[scheme]}.py"
+                    + (f":{args.config_arg}" if args.config_arg else ""),
                     f"--config.size={args.size}", f"--config.steps={steps}",
+                    f"--config.batch_size={args.batch}",
                     f"--config.seed={seed}", "--workdir", workdir]
                    + args.zoo_flags.split(),
                    cwd=REPO, check=True, stdout=subprocess.DEVNULL,
@@ -98,16 +114,17 @@ def train_zoo(scheme, args, seed, steps):
   return loading.load(workdir)
 
 
-def train_gensim(scheme, args, seed, sentences, template, tokenizer):
+def train_gensim(scheme, args, seed, sentences, tokenizer):
   """gensim's model of the scheme, as a `Loaded` word2vec table."""
   from gensim.models import FastText, Word2Vec  # pylint: disable=import-outside-toplevel
-  opts = dict(vector_size=template.config.embed_dim, window=5, negative=5,
+  cfg = models.make_config("fasttext" if scheme == "fasttext" else
+                           "word2vec", args.size)
+  opts = dict(vector_size=cfg.embed_dim, window=5, negative=5,
               sample=1e-3, ns_exponent=0.75, min_count=1, epochs=args.passes,
               seed=seed, workers=1, sg=0 if scheme == "cbow" else 1)
   if scheme == "fasttext":
-    cfg = template.run_config["model_args"]
-    model = FastText(sentences, min_n=3, max_n=6,
-                     bucket=cfg.get("ngram_buckets", 50_000), **opts)
+    model = FastText(sentences, min_n=cfg.min_n, max_n=cfg.max_n,
+                     bucket=cfg.ngram_buckets, **opts)
   else:
     model = Word2Vec(sentences, **opts)
   family, config, params = gensim_convert.from_gensim(model, tokenizer,
@@ -135,7 +152,7 @@ def main(argv=None):
   args = parse_args(sys.argv[1:] if argv is None else argv)
   tok = data.load_tokenizer({})
   sentences, total = corpus(tok)
-  steps = -(-args.passes * total // (32 * 128))
+  steps = -(-args.passes * total // (args.batch * 128))
   suite = word_classes.triples(tok)
   grid = demo.get_config()
   tasks = {t: tasks_lib.load(t) for t in grid.tasks}
@@ -145,34 +162,43 @@ def main(argv=None):
   runs = []
   for scheme in args.schemes:
     for seed in range(args.seeds):
-      start = time.time()
-      ours = train_zoo(scheme, args, seed, steps)
-      mid = time.time()
-      ref = train_gensim(scheme, args, seed, sentences, ours, tok)
-      end = time.time()
-      for impl, loaded, secs in (("zoo", ours, mid - start),
-                                 ("gensim", ref, end - mid)):
-        run = dict(scheme=scheme, seed=seed, impl=impl, seconds=secs,
+      for impl in args.impls:
+        start = time.time()
+        if impl == "zoo":
+          loaded = train_zoo(scheme, args, seed, steps)
+        else:
+          loaded = train_gensim(scheme, args, seed, sentences, tok)
+        run = dict(scheme=scheme, seed=seed, impl=impl,
+                   seconds=time.time() - start,
                    word_classes=word_class_score(loaded, suite),
                    probe=probe_score(loaded, tasks, recipe))
         runs.append(run)
         print(json.dumps(run), flush=True)
   _common.emit_json("static_vs_gensim", dict(
       passes=args.passes, size=args.size, pieces=total, steps=steps,
+      batch=args.batch, config_arg=args.config_arg,
+      zoo_flags=args.zoo_flags,
       triples=len(suite), runs=runs, machine=_common.machine()))
   print(summary(runs))
 
 
 def summary(runs) -> str:
-  """The last line: zoo - gensim per scheme and figure, and the spread."""
+  """The last line: zoo - gensim per scheme and figure, and the spread
+  (the mean per implementation when only one was run)."""
   parts = []
   for scheme in dict.fromkeys(r["scheme"] for r in runs):
     for key in ("word_classes", "probe"):
       got = {impl: [r[key] for r in runs if r["scheme"] == scheme
                     and r["impl"] == impl] for impl in ("zoo", "gensim")}
-      diff = np.mean(got["zoo"]) - np.mean(got["gensim"])
+      got = {impl: v for impl, v in got.items() if v}
       spread = max(np.ptp(v) for v in got.values())
-      parts.append(f"{scheme} {key} {diff:+.1f} (spread {spread:.1f})")
+      if len(got) == 2:
+        diff = np.mean(got["zoo"]) - np.mean(got["gensim"])
+        parts.append(f"{scheme} {key} {diff:+.1f} (spread {spread:.1f})")
+      else:
+        (impl, v), = got.items()
+        parts.append(f"{scheme} {key} {impl} {np.mean(v):.1f} "
+                     f"(spread {spread:.1f})")
   return "zoo - gensim: " + "; ".join(parts)
 
 

@@ -43,6 +43,7 @@ from zoo import models
 from zoo.models import static as static_lib
 
 SUBSAMPLING = ("release", "paper")
+REDUCTIONS = ("mean", "sum")
 _MISSING = {
     "counts": ("objective {!r} needs the corpus's piece counts "
                "(counts=data.counts.piece_counts(data_config, tokenizer))"),
@@ -165,7 +166,7 @@ class _Word2Vec(common.Scheme):
   interfaces = ("encoder",)
   defaults = {"window": 5, "negatives": 5, "sample": 1e-3,
               "subsample": "release", "noise_power": 0.75, "counts": None,
-              "ngram_table": None}
+              "ngram_table": None, "reduction": "mean"}
 
   def setup(self):
     if models.get(self.family) is not static_lib:
@@ -210,6 +211,17 @@ class _Word2Vec(common.Scheme):
                        f"each of the model's {self.config.vocab_size} "
                        "pieces")
     return table
+
+  def loss(self, params, batch, rng, deterministic=False):
+    """The pairs' mean loss, or with `reduction="sum"` their sum (metrics
+    unchanged), so that SGD's rate is word2vec's rate per pair."""
+    loss, metrics = super().loss(params, batch, rng, deterministic)
+    if self.options["reduction"] not in REDUCTIONS:
+      raise ValueError(f"reduction {self.options['reduction']!r} is not "
+                       f"one of {REDUCTIONS}")
+    if self.options["reduction"] == "sum":
+      loss = loss * jax.lax.stop_gradient(metrics["weight_sum"])
+    return loss, metrics
 
   def init(self, rng, batch):
     """Boxed params `{"model": tables}`; making them reads no counts."""
@@ -309,7 +321,8 @@ class CBOW(_Word2Vec):
     vecs = jnp.stack([shift(outputs["hidden"], o)
                       for o in offsets(self.options["window"])], 2)
     n = valid.sum(-1, keepdims=True)
-    mean = (vecs * valid[..., None]).sum(2) / jnp.maximum(n, 1)
+    mean = static_lib.mean_of((vecs * valid[..., None]).sum(2), n,
+                              self.config.mean_update)
     center = inputs["tokens"]
     return {"cbow": negative_sums(
         mean, self.out(params, center), self.out(params, inputs["noise"]),

@@ -1,5 +1,7 @@
 """Static embeddings: FastText's n-grams and hash, vectors, folding."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -76,6 +78,32 @@ def test_fasttext_vector_is_the_mean_of_word_and_ngram_rows():
   assert not np.asarray(out[0, 1]).any()  # padding reads as zeros
   with pytest.raises(ValueError, match="n-gram ids"):
     model.apply({"params": params}, tokens)
+
+
+@pytest.mark.parametrize("update", ["gradient", "release"])
+def test_fasttext_mean_passes_its_gradient_back_as_configured(update):
+  config, _, table = _fasttext()
+  config = dataclasses.replace(config, mean_update=update)
+  model = static.Model(config)
+  tokens = jnp.array([[5]], jnp.int32)
+  grams = jnp.asarray(table)[tokens]
+  params = models.init_params("fasttext", config, jax.random.key(0))
+  cot = jax.random.normal(jax.random.key(1), (config.embed_dim,))
+  f = lambda p: model.apply({"params": p}, tokens, grams)["hidden"][0, 0] @ cot
+  grads = jax.grad(f)(params)
+  ids = [g for g in table[5] if g >= 0]
+  share = 1.0 if update == "release" else 1.0 / (1 + len(ids))
+  np.testing.assert_allclose(grads["input_embedding"][5], share * cot,
+                             rtol=1e-6)
+  np.testing.assert_allclose(grads["ngram_embedding"][ids[0]],
+                             share * cot * ids.count(ids[0]), rtol=1e-6)
+  # The forward value is the mean either way.
+  np.testing.assert_allclose(
+      f(params), static.Model(dataclasses.replace(config, mean_update=(
+          "gradient"))).apply({"params": params}, tokens, grams)["hidden"][
+              0, 0] @ cot, rtol=1e-6)
+  with pytest.raises(ValueError, match="mean_update 'sum' is not one of"):
+    static.mean_of(jnp.ones((1, 2)), jnp.ones((1, 1)), "sum")
 
 
 def test_folded_fasttext_is_a_word2vec_of_the_same_vectors():

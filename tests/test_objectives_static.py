@@ -143,6 +143,49 @@ def test_cbow_loss_by_hand():
   np.testing.assert_allclose(float(m["loss_sum"]), nll, rtol=1e-5)
 
 
+def test_cbow_release_update_gives_each_context_row_the_whole_error():
+  counts = np.zeros(V, np.int64)
+  counts[[20, 21, 22]] = 5
+  counts[30] = 10**9
+  obj = _build("cbow", counts=counts, sample=0.0, window=1, negatives=3,
+               model_args={"mean_update": "release"}, reduction="sum")
+  batch = _hand_batch()
+  params = _hand_params(obj, batch)
+  grads = jax.grad(lambda p: obj.loss(p, batch, jax.random.key(5), True)[0])(
+      params)["model"]["input_embedding"]
+  vin = np.asarray(params["model"]["input_embedding"], np.float64)
+  vout = np.asarray(params["model"]["output_embedding"], np.float64)
+  context = {20: [21], 21: [20, 22], 22: [21]}
+  want = np.zeros_like(vin)
+  for w, ctx in context.items():  # d nll / d h, added to every context row
+    h = vin[ctx].mean(0)
+    err = (-(1 - _sigmoid(vout[w] @ h)) * vout[w]
+           + 3 * _sigmoid(vout[30] @ h) * vout[30])
+    want[ctx] += err
+  np.testing.assert_allclose(grads[20:23], want[20:23], rtol=1e-4,
+                             atol=1e-6)
+
+
+def test_sum_reduction_is_the_pairs_summed_loss():
+  batch = testing.tiny_batch()
+  mean, summed = _build(sample=0.0), _build(sample=0.0, reduction="sum")
+  params = _hand_params(mean, batch)
+  (lm, m), gm = jax.value_and_grad(
+      lambda p: mean.loss(p, batch, jax.random.key(2), True), has_aux=True)(
+          params)
+  (ls, m2), gs = jax.value_and_grad(
+      lambda p: summed.loss(p, batch, jax.random.key(2), True),
+      has_aux=True)(params)
+  n = float(m["weight_sum"])
+  assert n > 10 and float(m2["loss_sum"]) == float(m["loss_sum"])
+  np.testing.assert_allclose(float(ls), float(m["loss_sum"]), rtol=1e-5)
+  np.testing.assert_allclose(float(ls), n * float(lm), rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(gs), jax.tree.leaves(gm)):
+    np.testing.assert_allclose(a, n * b, rtol=1e-4, atol=1e-6)
+  with pytest.raises(ValueError, match="reduction 'max' is not one of"):
+    _build(reduction="max").loss(params, batch, jax.random.key(2))
+
+
 def test_a_noise_draw_of_the_true_piece_is_skipped():
   center = jnp.ones((1, 4))
   positive = jnp.ones((1, 4))

@@ -157,6 +157,16 @@ def test_nonfinite_loss_stops_naming_the_step(tmp_path, monkeypatch):
   assert np.isnan(rows[5]["step_loss"]) and np.isfinite(rows[6]["loss"])
 
 
+def test_nonfinite_loss_before_any_checkpoint_says_so(tmp_path, monkeypatch):
+  _poison(monkeypatch, at_batch=1, poison_id=150)
+  config = toy.get_config("steps=8")
+  config.objective_args = {"poison_id": 150}
+  with pytest.raises(FloatingPointError, match="non-finite loss or gradient "
+                     "at step 1; the run stopped with no checkpoint written "
+                     "yet in"):
+    train.train(config, str(tmp_path / "early"))
+
+
 def test_guarded_update_applies_or_keeps_everything():
   params = {"w": np.arange(6, dtype=np.float32).reshape(2, 3),
             "b": np.ones(3, np.float32)}
@@ -186,6 +196,7 @@ def test_guarded_update_applies_or_keeps_everything():
     ({"microbatches": 3}, "batch_size 16 is not divisible by microbatches 3"),
     ({"mesh": {"data": 3}}, "has 3 devices but there are 8"),
     ({"optimizer.decay": "step"}, "optimizer.decay 'step' is not one of"),
+    ({"optimizer.name": "lamb"}, "optimizer.name 'lamb' is not one of"),
     ({"eval_step": 3}, "unknown config keys ['eval_step']"),
 ])
 def test_config_errors(tmp_path, changes, words):

@@ -125,9 +125,9 @@ def _checked(field: str, default, value):
 
 
 def optimizer() -> ml_collections.ConfigDict:
-  """The `optimizer` block: AdamW with warmup, decay and clipping."""
+  """The `optimizer` block: AdamW (or SGD) with warmup, decay, clipping."""
   o = ml_collections.ConfigDict()
-  o.name = "adamw"        # the only one: AdamW, decoupled decay
+  o.name = "adamw"        # "adamw" or "sgd" (`zoo.optim.NAMES`)
   o.lr = 1e-3             # peak learning rate, after warmup
   o.warmup_steps = 100    # linear warmup from 0
   o.decay = "linear"      # "linear", "cosine" or "constant"

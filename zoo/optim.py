@@ -1,12 +1,16 @@
-"""The optimizer of the one trainer: AdamW, a schedule, clipping.
+"""The optimizer of the one trainer: AdamW or SGD, a schedule, clipping.
 
 Config (`config.optimizer`):
+  name: "adamw" (default) or "sgd" (plain SGD on the configured rate, no
+    momentum: word2vec's and fastText's update; b1, b2 and eps unused).
   lr: peak learning rate.
   warmup_steps: linear warmup from 0 to `lr`.
   decay: "linear", "cosine" or "constant" after the warmup.
   decay_steps: where the decay ends (-1: `config.steps`).
   end_lr_ratio: the learning rate at the end, as a fraction of `lr`.
   b1, b2, eps, weight_decay: AdamW's; no decay on vectors (biases, norms).
+    Under SGD `weight_decay` is decoupled too: the rate times the decay
+    times the param, matrices only.
   clip_norm: global gradient norm clip (0 or less: none).
   prune: optional block, gradual magnitude pruning around all of the above
     (`zoo.compress.magnitude`; fields in `zoo.config.prune`). Absent or
@@ -19,6 +23,7 @@ import optax
 from zoo.compress import magnitude
 
 _DECAYS = ("linear", "cosine", "constant")
+NAMES = ("adamw", "sgd")
 
 
 def schedule(opt_cfg, steps: int) -> optax.Schedule:
@@ -50,7 +55,7 @@ def _decay_mask(params):
 
 
 def make(opt_cfg, steps: int) -> optax.GradientTransformation:
-  """AdamW with clipping and the configured schedule.
+  """The configured optimizer with clipping and its schedule.
 
   Args:
     opt_cfg: the `config.optimizer` ConfigDict (fields above).
@@ -61,17 +66,24 @@ def make(opt_cfg, steps: int) -> optax.GradientTransformation:
     needs params when `prune` is on).
   """
   name = opt_cfg.get("name", "adamw")
-  if name != "adamw":
-    raise ValueError(f"optimizer.name {name!r} is not supported; use 'adamw'")
+  if name not in NAMES:
+    raise ValueError(f"optimizer.name {name!r} is not one of {NAMES}")
   parts = []
   clip = float(opt_cfg.get("clip_norm", 0.0))
   if clip > 0:
     parts.append(optax.clip_by_global_norm(clip))
-  parts.append(optax.adamw(
-      schedule(opt_cfg, steps), b1=float(opt_cfg.get("b1", 0.9)),
-      b2=float(opt_cfg.get("b2", 0.999)), eps=float(opt_cfg.get("eps", 1e-8)),
-      weight_decay=float(opt_cfg.get("weight_decay", 0.01)),
-      mask=_decay_mask))
+  rate = schedule(opt_cfg, steps)
+  decay = float(opt_cfg.get("weight_decay", 0.01))
+  if name == "adamw":
+    parts.append(optax.adamw(
+        rate, b1=float(opt_cfg.get("b1", 0.9)),
+        b2=float(opt_cfg.get("b2", 0.999)),
+        eps=float(opt_cfg.get("eps", 1e-8)), weight_decay=decay,
+        mask=_decay_mask))
+  else:
+    if decay:
+      parts.append(optax.add_decayed_weights(decay, mask=_decay_mask))
+    parts.append(optax.sgd(rate))
   tx = optax.chain(*parts)
   prune = magnitude.from_block(opt_cfg.get("prune"))
   return tx if prune is None else magnitude.prune(tx, prune)

@@ -127,11 +127,14 @@ class _Run:
     bad = int(jax.device_get(state["bad_step"]))
     if bad >= 0:
       self.ckpt.wait()
+      last = self.ckpt.latest_step()
+      kept = (f"its last good checkpoint (step {last}) kept in "
+              f"{self.ckpt.directory}" if last is not None else
+              f"no checkpoint written yet in {self.ckpt.directory}")
       raise FloatingPointError(
           f"non-finite loss or gradient at step {bad}; the run stopped with "
-          f"its last good checkpoint (step {self.ckpt.latest_step()}) kept in "
-          f"{self.ckpt.directory}. Set config.skip_nonfinite=True to skip such "
-          "updates instead")
+          f"{kept}. Set config.skip_nonfinite=True to skip such updates "
+          "instead")
 
   def save(self, state, step: int) -> None:
     """Starts an async checkpoint of `state` with every process's data state."""

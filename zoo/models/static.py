@@ -52,6 +52,11 @@ class Config:
   min_n: int = 3  # shortest character n-gram (FastText)
   max_n: int = 6  # longest character n-gram (FastText)
   max_ngrams: int = 32  # G: n-gram slots per unit; longer pieces are cut
+  # How a mean of vectors (FastText's unit vector, CBOW's context) passes
+  # its gradient back: "gradient" divides it among the averaged rows, as
+  # the mean's derivative does; "release" gives each row all of it, as
+  # word2vec.c, fastText and gensim update (`release_mean`).
+  mean_update: str = "gradient"
   scan_layers: bool = False  # no layers to scan (the trainer asks)
 
 
@@ -74,6 +79,30 @@ def ft_hash(text: str) -> int:
     h = (h ^ ((byte - 256 if byte > 127 else byte) & 0xFFFFFFFF))
     h = (h * FNV_PRIME) & 0xFFFFFFFF
   return h
+
+
+MEAN_UPDATES = ("gradient", "release")
+
+
+def mean_of(total, count, update: str):
+  """total / max(count, 1), the mean of `count` summed vectors.
+
+  Args:
+    total: [..., D] the sum of the vectors.
+    count: [..., 1] how many were summed.
+    update: "gradient": the mean's own derivative (each summed row gets
+      1/count of the cotangent); "release": each summed row gets all of
+      it, as word2vec.c's CBOW and fastText's subword vectors are updated.
+
+  Returns:
+    [..., D] the mean (the same forward value either way).
+  """
+  if update not in MEAN_UPDATES:
+    raise ValueError(f"mean_update {update!r} is not one of {MEAN_UPDATES}")
+  mean = total / jnp.maximum(count, 1)
+  if update == "gradient":
+    return mean
+  return total + jax.lax.stop_gradient(mean - total)
 
 
 def char_ngrams(unit: str, min_n: int, max_n: int) -> list[str]:
@@ -168,7 +197,8 @@ class Model(nn.Module):
       have = ngrams >= 0
       grams = jnp.take(self.ngram, jnp.maximum(ngrams, 0), axis=0)
       grams = (grams * have[..., None]).sum(-2)
-      vec = (vec + grams) / (1.0 + have.sum(-1, keepdims=True))
+      vec = mean_of(vec + grams, 1.0 + have.sum(-1, keepdims=True),
+                    cfg.mean_update)
     return jnp.where((tokens != cfg.pad_id)[..., None], vec, 0.0)
 
   def output_vectors(self, ids):
