@@ -2,19 +2,19 @@
 
     python bench/static_vs_gensim.py [--schemes skipgram,cbow,fasttext]
         [--seeds 2] [--passes 5] [--size small] [--workdir DIR]
-        [--batch 32] [--impls zoo,gensim]
+        [--batch N] [--impls zoo,gensim]
         [--config_arg objective_args.reduction=sum,...]
         [--zoo_flags=--config.optimizer.lr=0.02]
 
 For each scheme and seed, the zoo trains its config
 (`configs/word2vec_skipgram.py`, `word2vec_cbow.py`, `fasttext_skipgram.py`
 at `--size`, `--passes` passes over the sample in rows of 128 pieces,
-`--batch` rows a step, `seed`) with `zoo.train`,
+`--batch` rows a step (default the configs' 4), `seed`) with `zoo.train`,
 and gensim trains its model with the same hyper-parameters (width,
 window 5, 5 noise pieces, subsampling at 1e-3, noise exponent 0.75,
 FastText's n-grams of 3 to 6 in the same number of buckets, the same
-passes; gensim's own SGD and learning rate, where the zoo runs Adam) on
-the same text: the sample's training documents, split into sentences and
+passes, SGD at 0.025 per pair decaying to 0.0001, as the zoo's configs
+train) on the same text: the sample's training documents, split into sentences and
 pieces as the packed rows are, each sentence a list of piece strings.
 gensim's vectors become a zoo word2vec table (`zoo.convert.gensim`) and
 both are read the same two ways:
@@ -30,6 +30,7 @@ larger of the two implementations' max - min over seeds).
 """
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -64,8 +65,8 @@ def parse_args(argv):
   p.add_argument("--seeds", type=int, default=2)
   p.add_argument("--passes", type=int, default=5)
   p.add_argument("--size", default="small")
-  p.add_argument("--batch", type=int, default=32,
-                 help="rows of 128 pieces per zoo step")
+  p.add_argument("--batch", type=int, default=0,
+                 help="rows of 128 pieces per zoo step (0: the configs')")
   p.add_argument("--impls", default="zoo,gensim",
                  help="which implementations to train and read")
   p.add_argument("--workdir", default="/tmp/static_vs_gensim")
@@ -152,6 +153,8 @@ def main(argv=None):
   args = parse_args(sys.argv[1:] if argv is None else argv)
   tok = data.load_tokenizer({})
   sentences, total = corpus(tok)
+  args.batch = args.batch or int(importlib.import_module(
+      f"configs.{CONFIGS['skipgram']}").get_config().batch_size)
   steps = -(-args.passes * total // (args.batch * 128))
   suite = word_classes.triples(tok)
   grid = demo.get_config()
