@@ -17,6 +17,8 @@ import json
 import pathlib
 import sys
 
+import numpy as np
+
 TAG = "BENCH_JSON"
 
 
@@ -219,11 +221,39 @@ def knowledge_probe_section(r: dict) -> list[str]:
   return out + [""]
 
 
+def pals_section(r: dict) -> list[str]:
+  """Markdown lines for one `pals` record."""
+  runs, tasks = r["runs"], r["tasks"]
+  seeds = len({x["seed"] for x in runs})
+  out = [f"{len(tasks)} tasks on one {r['family']} ({r['backbone']}), "
+         f"{r['steps']} steps of 16 rows x {r['max_len']} per task (the "
+         f"multi-task rows {r['steps']} x {len(tasks)} in all), lr "
+         f"{r['lr']}, PALs of width {r['pal_dim']}, adapters of "
+         f"{r['adapter_dim']}. Validation score (accuracy; F1 for "
+         f"sms_spam), mean over {seeds} seeds [min, max]. "
+         f"{machine_line(r['machine'])}", "",
+         "| row | params per task | all tasks | " + " | ".join(tasks)
+         + " | mean |", "|---|---:|---:|" + "---:|" * (len(tasks) + 1)]
+  for row in dict.fromkeys(x["row"] for x in runs):
+    got = [x for x in runs if x["row"] == row]
+    per_task = np.mean([got[0]["added"][t] for t in tasks])
+    total = got[0]["shared"] + sum(got[0]["added"][t] for t in tasks)
+    cells = []
+    for t in tasks + ["mean"]:
+      v = [np.mean([x["scores"][n] for n in tasks]) if t == "mean"
+           else x["scores"][t] for x in got]
+      cells.append(f"{np.mean(v):.1f} [{min(v):.1f}, {max(v):.1f}]")
+    out.append(f"| {row} | {per_task / 1e3:.1f}k | {total / 1e6:.2f}M | "
+               + " | ".join(cells) + " |")
+  return out + [""]
+
+
 _SECTIONS = {"train_step": train_step_section,
              "attention": attention_section, "depth": depth_section,
              "prune": prune_section, "quant": quant_section,
              "static_vs_gensim": static_section,
-             "knowledge_probe": knowledge_probe_section}
+             "knowledge_probe": knowledge_probe_section,
+             "pals": pals_section}
 
 
 def section(records: list[dict]) -> str:

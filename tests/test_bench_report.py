@@ -195,3 +195,22 @@ def test_knowledge_probe_record_marks_deltas_whose_interval_excludes_zero():
           "+4.0 [+1.0, +7.0]* | 7.3 [4.7, 10.2] | 3.9 [2.8, 5.2] | "
           "+3.4 [-0.3, +6.8] |") in body
   assert "10 held-out facts" in body and "among the probe's 7" in body
+
+
+def test_pals_record_counts_params_and_averages_scores():
+  def run(row, seed, a, b, added, shared):
+    return dict(row=row, seed=seed, scores={"trec": a, "sms_spam": b},
+                added={"trec": added, "sms_spam": added + 200},
+                shared=shared, seconds=1.0)
+  runs = [run("full", 0, 50.0, 80.0, 1000, 0),
+          run("full", 1, 60.0, 90.0, 1000, 0),
+          run("pals", 0, 40.0, 70.0, 100, 5000)]
+  body = report.section([{"bench": "pals", "machine": MACHINE,
+                          "backbone": "w/mlm", "family": "bert",
+                          "tasks": ["trec", "sms_spam"], "steps": 10,
+                          "lr": 1e-3, "max_len": 32, "pal_dim": 16,
+                          "adapter_dim": 8, "runs": runs}])
+  assert ("| full | 1.1k | 0.00M | 55.0 [50.0, 60.0] | 85.0 [80.0, 90.0] | "
+          "70.0 [65.0, 75.0] |") in body
+  assert "| pals | 0.2k | 0.01M | 40.0 [40.0, 40.0] |" in body
+  assert "mean over 2 seeds" in body and "10 steps of 16 rows x 32" in body

@@ -1,5 +1,7 @@
 """Building blocks: masks, the attention kernel, norms, MLP, stacks."""
 
+import dataclasses
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -173,6 +175,62 @@ def test_scan_stack_equals_unrolled_with_restacked_params():
   np.testing.assert_allclose(ys2[1], ys[1], atol=1e-5)
   boxed = jax.eval_shape(scan.init, KEY, x, mask)["params"]["layers"]["block"]
   assert boxed["mlp"]["wi"]["kernel"].names == ("layers", "embed", "mlp")
+
+
+PAL = dataclasses.replace(CFG, adapter_dim=0, pal_dim=6, pal_heads=3,
+                          dropout_rate=0.0, attention_dropout_rate=0.0)
+
+
+def _unboxed(tree):
+  return jax.tree.map(lambda b: b.value if hasattr(b, "value") else b, tree,
+                      is_leaf=lambda b: hasattr(b, "value"))
+
+
+def _by_hand(block, x, mask, pal):
+  """A post-LN layer with a PAL: LN(x + SA(x) + V^D MHA(V^E x)), then the
+  MLP sublayer; each piece applied alone from the block's params."""
+  encoder, decoder = pal
+  mha = lambda n, h, params, v: layers.MultiHeadAttention(n, h).apply(
+      {"params": params}, v, mask=mask)
+  norm = lambda params, v: layers.LayerNorm(epsilon=1e-12).apply(
+      {"params": params}, v)
+  beside = mha(3, 2, block["pal_attention"], x @ encoder) @ decoder
+  h = norm(block["attention_norm"], x + mha(2, 4, block["attention"], x)
+           + beside)
+  return norm(block["mlp_norm"], h + layers.Mlp(16).apply(
+      {"params": block["mlp"]}, h))
+
+
+def test_pals_share_their_projections_across_layers():
+  x, mask = _stack_inputs()
+  stack = blocks.Stack(PAL, 3)
+  p = _unboxed(stack.init(KEY, x, mask)["params"])
+  assert set(p) == {"pal_encoder", "pal_decoder", "layer_0", "layer_1",
+                    "layer_2"}
+  assert p["pal_encoder"].shape == (8, 6) and p["pal_decoder"].shape == (6, 8)
+  assert all("pal_attention" in p[f"layer_{i}"] and not any(
+      "pal_encoder" in k or "pal_decoder" in k for k in p[f"layer_{i}"])
+             for i in range(3))
+  # V^D starts at zero: the stack computes what it computed without PALs.
+  plain = blocks.Stack(dataclasses.replace(PAL, pal_dim=0), 3)
+  without = {k: {n: v for n, v in p[k].items() if n != "pal_attention"}
+             for k in p if k.startswith("layer_")}
+  np.testing.assert_allclose(stack.apply({"params": p}, x, mask)[0],
+                             plain.apply({"params": without}, x, mask)[0],
+                             atol=1e-6)
+  # Every layer reads the one shared pair.
+  p["pal_decoder"] = jax.random.normal(jax.random.key(4), (6, 8))
+  pair = (p["pal_encoder"], p["pal_decoder"])
+  _, ys = stack.apply({"params": p}, x, mask)
+  h = x
+  for i in range(3):
+    h = _by_hand(p[f"layer_{i}"], h, mask, pair)
+    np.testing.assert_allclose(ys[i], h, atol=1e-5)
+  scanned = blocks.Stack(PAL, 3, scan=True)
+  _, ys2 = scanned.apply({"params": blocks.restack(p)}, x, mask)
+  np.testing.assert_allclose(ys2[2], ys[2], atol=1e-5)
+  with pytest.raises(ValueError, match="pal_dim 6 is not divisible"):
+    blocks.Stack(dataclasses.replace(PAL, pal_heads=4), 1).init(KEY, x, mask)
 
 
 def test_stack_layouts_restack_unstack_and_take_layers():

@@ -42,6 +42,7 @@ DEFAULT_RULES = (
     ("lstm", None),
     ("char_vocab", None),
     ("adapter", None),
+    ("pal", None),
     ("classes", None),
     ("entities", None),  # a knowledge base's entity table (ERNIE's)
     ("entity", None),  # entity vectors' width, replicated

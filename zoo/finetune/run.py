@@ -109,8 +109,8 @@ def _fresh(spec: Spec, max_len: int, rng) -> dict:
 def load_backbone(fresh, given):
   """`given` params placed into the tree of `fresh` (the built backbone).
 
-  Params under an "adapter" path that `given` lacks keep their fresh
-  (identity) init; params of `given` that the built backbone does not use
+  Params under an "adapter" or "pal_" path that `given` lacks keep their
+  fresh (identity) init; params of `given` that the built backbone does not use
   (a T5 decoder under an encoder-only config) are dropped. Any other
   missing param or any shape mismatch is an error.
   """
@@ -124,7 +124,7 @@ def load_backbone(fresh, given):
         raise ValueError(f"param {'/'.join(key)} has shape {got.shape}; the "
                          f"backbone expects {value.shape}")
       out[key] = got
-    elif any("adapter" in k for k in key):
+    elif any("adapter" in k or k.startswith("pal_") for k in key):
       out[key] = value
     else:
       missing.append("/".join(key))
@@ -142,7 +142,7 @@ def init_params(spec: Spec, backbone_params, max_len: int, rng):
   return fresh
 
 
-def _train_arrays(spec: Spec, task, tokenizer, lengths: dict) -> dict:
+def train_arrays(spec: Spec, task, tokenizer, lengths: dict) -> dict:
   """Train-split arrays; span rows whose answer is cut off are dropped."""
   arrays = arrays_lib.split_arrays(spec, task.train, tokenizer, lengths)
   if spec.kind == "span" and not spec.text_to_text:
@@ -303,7 +303,7 @@ def finetune(family: str, config, params, task, tokenizer, *,
   lengths = {"inputs": max_len, "targets": max_target_len}
   spec_lib.check(spec, tokenizer, lengths)
   state = init_params(spec, params, max_len, jax.random.key(seed))
-  arrays = _train_arrays(spec, task, tokenizer, lengths)
+  arrays = train_arrays(spec, task, tokenizer, lengths)
   if teacher is not None:
     spec = dataclasses.replace(spec, soft_weight=float(soft_weight),
                                temperature=float(temperature))

@@ -38,6 +38,8 @@ class Config:
   scan_layers: bool = False  # one nn.scan over the layers
   remat: str = "none"  # backward recomputation: blocks.REMAT (or a bool)
   adapter_dim: int = 0  # >0: bottleneck adapters in every block
+  pal_dim: int = 0  # d_s > 0: projected attention layers (BERT and PALs)
+  pal_heads: int = 0  # attention heads of each PAL; 0: num_heads
   num_layers: int = 12  # L
   embed_dim: int = 768  # D
   num_heads: int = 12  # N
@@ -66,7 +68,8 @@ class Config:
         mlp_dim=self.mlp_dim, activation=self.activation,
         norm_eps=self.norm_eps, dropout_rate=self.dropout_rate,
         attention_dropout_rate=self.attention_dropout_rate,
-        adapter_dim=self.adapter_dim, dtype=self.dtype,
+        adapter_dim=self.adapter_dim, pal_dim=self.pal_dim,
+        pal_heads=self.pal_heads, dtype=self.dtype,
         attention_impl=self.attention_impl)
 
 

@@ -2,15 +2,20 @@
 
 One `Block` covers every family: post-LN (BERT, BART) or pre-LN (GPT-2,
 T5), LayerNorm or RMSNorm, optional cross-attention (decoders of
-encoder-decoders), optional bottleneck adapters. `Stack` runs L blocks as a
+encoder-decoders), optional bottleneck adapters, optional projected
+attention layers (PALs, Stickland & Murray 2019: beside each layer's
+self-attention, `V^D MHA(V^E h)` in a small width d_s, V^E [D, d_s] and
+V^D [d_s, D] one pair for the whole stack). `Stack` runs L blocks as a
 Python loop or as one `nn.scan` (params then stacked on a leading `layers`
 axis), optionally rematerialised, and constrains activations to
 ("batch", "length", "embed") at every block boundary.
 
 Param names of a block: `attention`, `attention_norm`, `cross_attention`,
 `cross_attention_norm`, `mlp`, `mlp_norm`, `adapter_attention`,
-`adapter_mlp` (adapters only when `adapter_dim > 0`). In a stack: `layer_<i>`
-unrolled, `layers` scanned, `layer` shared (ALBERT).
+`adapter_mlp` (adapters only when `adapter_dim > 0`), `pal_attention`
+(`pal_dim > 0`). In a stack: `layer_<i>` unrolled, `layers` scanned,
+`layer` shared (ALBERT), and the PALs' shared `pal_encoder` [D, d_s] and
+`pal_decoder` [d_s, D].
 """
 
 import dataclasses
@@ -21,6 +26,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo.models import dense
 from zoo.models import layers
 from zoo.models.barrier import grad_barrier
 
@@ -74,6 +80,8 @@ class BlockConfig:
   attention_dropout_rate: float = 0.1  # on attention probabilities
   mlp_dropout_rate: float = 0.0  # on the MLP hidden activations (T5)
   adapter_dim: int = 0  # >0: bottleneck adapters after attention and MLP
+  pal_dim: int = 0  # d_s > 0: a projected attention layer beside attention
+  pal_heads: int = 0  # heads of the PAL's attention; 0: num_heads
   dtype: str = "float32"  # compute dtype name
   attention_impl: str = "auto"  # see layers.attention
   fan_in_init: bool = False  # T5's kernels (layers.fan_in_init); else N(0, .02)
@@ -104,12 +112,33 @@ class Block(nn.Module):
         scale=c.attention_scale, dropout_rate=c.attention_dropout_rate,
         impl=c.attention_impl, fan_in=c.fan_in_init, name=name)
 
+  def _pal(self, pal, mask, deterministic):
+    """The PAL beside self-attention: h [B,T,D] -> V^D MHA(V^E h) [B,T,D]."""
+    c = self.config
+    heads = c.pal_heads or c.num_heads
+    if c.pal_dim % heads:
+      raise ValueError(f"pal_dim {c.pal_dim} is not divisible by the PAL's "
+                       f"{heads} heads")
+    if pal is None:
+      raise ValueError("a block with pal_dim > 0 needs the stack's shared "
+                       "(pal_encoder, pal_decoder)")
+    attn = layers.MultiHeadAttention(
+        heads, c.pal_dim // heads, dtype=c.dtype, use_bias=c.use_bias,
+        dropout_rate=c.attention_dropout_rate, impl=c.attention_impl,
+        name="pal_attention")
+    encoder, decoder = pal
+    def fn(h):
+      small = jnp.einsum("btd,de->bte", h, encoder.astype(h.dtype))
+      small = attn(small, mask=mask, deterministic=deterministic)
+      return jnp.einsum("bte,ed->btd", small, decoder.astype(h.dtype))
+    return fn
+
   @nn.compact
   def __call__(self, x: Array, mask: Array | None = None,
                bias: Array | None = None, encoded: Array | None = None,
                cross_mask: Array | None = None,
                cross_bias: Array | None = None,
-               deterministic: bool = True) -> Array:
+               deterministic: bool = True, pal=None) -> Array:
     """One layer.
 
     Args:
@@ -120,15 +149,23 @@ class Block(nn.Module):
       cross_mask: [B|1, T, S] bool cross-attention mask.
       cross_bias: [B|1, N, T, S] additive cross-attention bias.
       deterministic: no dropout when True.
+      pal: with `pal_dim > 0`, the stack's shared (V^E [D, d_s],
+        V^D [d_s, D]).
 
     Returns:
       [B, T, D] float32.
     """
     c = self.config
     attn = self._attention("attention")
-    x = self._sublayer(
-        x, lambda h: attn(h, mask=mask, bias=bias, deterministic=deterministic),
-        "attention", "adapter_attention", deterministic)
+    self_attention = lambda h: attn(h, mask=mask, bias=bias,
+                                    deterministic=deterministic)
+    if c.pal_dim:
+      beside = self._pal(pal, mask, deterministic)
+      attend = lambda h: self_attention(h) + beside(h)
+    else:
+      attend = self_attention
+    x = self._sublayer(x, attend, "attention", "adapter_attention",
+                       deterministic)
     if c.cross_attention:
       if encoded is None:
         raise ValueError("a cross-attention block needs `encoded` [B, S, D]")
@@ -158,10 +195,10 @@ class _ScanBody(nn.Module):
   remat: bool | str
 
   @nn.compact
-  def __call__(self, x, mask, bias, encoded, cross_mask, cross_bias):
+  def __call__(self, x, mask, bias, encoded, cross_mask, cross_bias, pal):
     block = rematted(Block, self.remat)
     y = block(self.config, name="block")(x, mask, bias, encoded, cross_mask,
-                                         cross_bias, self.deterministic)
+                                         cross_bias, self.deterministic, pal)
     y = nn.with_logical_constraint(y, ACTIVATION_AXES)
     return y, y
 
@@ -192,7 +229,8 @@ class Stack(nn.Module):
 
     Masks and biases as in `Block.__call__`.
     """
-    args = (mask, bias, encoded, cross_mask, cross_bias)
+    args = (mask, bias, encoded, cross_mask, cross_bias,
+            self._pal_pair(x.shape[-1]))
     x = nn.with_logical_constraint(x, ACTIVATION_AXES)
     if self.scan and not self.shared:
       return self._scanned(x, args, deterministic)
@@ -201,10 +239,24 @@ class Stack(nn.Module):
     outs = []
     for i in range(self.num_layers):
       block = shared or block_cls(self.config, name=f"layer_{i}")
-      x = block(x, *args, deterministic)
+      x = block(x, *args[:-1], deterministic, args[-1])
       x = grad_barrier(nn.with_logical_constraint(x, ACTIVATION_AXES))
       outs.append(x)
     return x, tuple(outs)
+
+  def _pal_pair(self, width: int):
+    """The PALs' V^E [D, d_s] and V^D [d_s, D], one pair for every layer
+    (V^D starts at zero: an added PAL leaves the network as it was); None
+    without PALs."""
+    c = self.config
+    if not c.pal_dim:
+      return None
+    encoder = dense.param_with_axes(self, "pal_encoder", layers.default_init,
+                                    (width, c.pal_dim), ("embed", "pal"))
+    decoder = dense.param_with_axes(self, "pal_decoder",
+                                    nn.initializers.zeros,
+                                    (c.pal_dim, width), ("pal", "embed"))
+    return encoder, decoder
 
   def _scanned(self, x, args, deterministic):
     scanned = nn.scan(
