@@ -191,7 +191,35 @@ def static_section(r: dict) -> list[str]:
         v = [x[key] for x in got]
         cells.append(f"{sum(v) / len(v):.1f} [{min(v):.1f}, {max(v):.1f}]")
       out.append(f"| {scheme} | {impl} | {cells[0]} | {cells[1]} |")
+  gaps = static_gaps(runs)
+  if gaps:
+    out += ["", "Zoo minus gensim (mean over seeds), beside the run-to-run "
+            "spread (the larger of the two implementations' max - min over "
+            "seeds):", "", "| scheme | word classes | spread | probe | "
+            "spread |", "|---|---:|---:|---:|---:|"]
+    for scheme, (wc, pr) in gaps.items():
+      out.append(f"| {scheme} | {wc[0]:+.1f} | {wc[1]:.1f} | {pr[0]:+.1f} "
+                 f"| {pr[1]:.1f} |")
   return out + [""]
+
+
+def static_gaps(runs) -> dict:
+  """scheme -> ((zoo - gensim, spread) of word classes, of the probe), for
+  the schemes both implementations ran; spread: the larger of the two
+  implementations' max - min over seeds."""
+  out = {}
+  for scheme in dict.fromkeys(x["scheme"] for x in runs):
+    pairs = []
+    for key in ("word_classes", "probe"):
+      got = {impl: [x[key] for x in runs if x["scheme"] == scheme
+                    and x["impl"] == impl] for impl in ("zoo", "gensim")}
+      if not all(got.values()):
+        break
+      pairs.append((np.mean(got["zoo"]) - np.mean(got["gensim"]),
+                    max(np.ptp(v) for v in got.values())))
+    else:
+      out[scheme] = tuple(pairs)
+  return out
 
 
 def _ci(v) -> str:

@@ -40,6 +40,7 @@ import time
 import numpy as np
 
 import _common  # pylint: disable=g-bad-import-order
+import report
 import data
 import objectives
 from configs.compare import demo
@@ -186,22 +187,22 @@ def main(argv=None):
 
 
 def summary(runs) -> str:
-  """The last line: zoo - gensim per scheme and figure, and the spread
-  (the mean per implementation when only one was run)."""
+  """The last line: zoo - gensim per scheme and figure beside the spread
+  (`report.static_gaps`), or each implementation's mean where only one
+  ran."""
+  gaps = report.static_gaps(runs)
   parts = []
   for scheme in dict.fromkeys(r["scheme"] for r in runs):
-    for key in ("word_classes", "probe"):
-      got = {impl: [r[key] for r in runs if r["scheme"] == scheme
-                    and r["impl"] == impl] for impl in ("zoo", "gensim")}
-      got = {impl: v for impl, v in got.items() if v}
-      spread = max(np.ptp(v) for v in got.values())
-      if len(got) == 2:
-        diff = np.mean(got["zoo"]) - np.mean(got["gensim"])
+    for i, key in enumerate(("word_classes", "probe")):
+      if scheme in gaps:
+        diff, spread = gaps[scheme][i]
         parts.append(f"{scheme} {key} {diff:+.1f} (spread {spread:.1f})")
-      else:
-        (impl, v), = got.items()
-        parts.append(f"{scheme} {key} {impl} {np.mean(v):.1f} "
-                     f"(spread {spread:.1f})")
+        continue
+      for impl in dict.fromkeys(r["impl"] for r in runs
+                                if r["scheme"] == scheme):
+        v = [r[key] for r in runs if r["scheme"] == scheme
+             and r["impl"] == impl]
+        parts.append(f"{scheme} {key} {impl} {np.mean(v):.1f}")
   return "zoo - gensim: " + "; ".join(parts)
 
 

@@ -180,6 +180,8 @@ def test_static_record_renders_means_and_ranges_per_implementation():
   assert "| skipgram | zoo | 61.0 [60.0, 62.0] | 72.0 [70.0, 74.0] |" in body
   assert "| skipgram | gensim | 61.0 [61.0, 61.0] | 72.5 [72.0, 73.0] |" in body
   assert "2 seeds each" in body and "1.70M training pieces" in body
+  # zoo - gensim: 61.0 - 61.0 and 72.0 - 72.5; spreads 2.0 and 4.0.
+  assert "| skipgram | +0.0 | 2.0 | -0.5 | 4.0 |" in body
 
 
 def test_knowledge_probe_record_marks_deltas_whose_interval_excludes_zero():
