@@ -86,7 +86,7 @@ def separate(loaded, tasks, mode, args, seed):
 
 def together(loaded, tasks, per_task, args, seed):
   """One multi-task run: ({task: score}, {task: params it adds}, shared)."""
-  got, state = mt.multitask(
+  got, state = mt.finetune_many(
       loaded.family, loaded.config, loaded.params, tasks, loaded.tokenizer,
       per_task=per_task, pal_dim=args.pal_dim,
       steps=args.steps * len(tasks), batch_size=16, lr=args.lr,

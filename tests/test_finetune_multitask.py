@@ -54,7 +54,7 @@ def two_tasks():
 
 
 def _run(tok, tasks, per_task, steps):
-  return mt.multitask("bert", ft._config(tok), None, tasks, tok,  # pylint: disable=protected-access
+  return mt.finetune_many("bert", ft._config(tok), None, tasks, tok,  # pylint: disable=protected-access
                       per_task=per_task, pal_dim=16, steps=steps,
                       batch_size=16, lr=1e-3, max_len=16)
 

@@ -1,8 +1,9 @@
 """Many tasks at once on one shared backbone (BERT and PALs).
 
-    scores, state = multitask("bert", config, params,
-                              {n: data.tasks.load(n) for n in names}, tok,
-                              per_task="pals", pal_dim=48, steps=2000)
+    scores, state = finetune_many("bert", config, params,
+                                  {n: data.tasks.load(n) for n in names},
+                                  tok, per_task="pals", pal_dim=48,
+                                  steps=2000)
 
 Stickland & Murray 2019. One encoder is fine-tuned on every task together;
 each task keeps only a few params of its own:
@@ -183,7 +184,7 @@ def _batches(arrays: dict, batch_size: int, seed: int):
   return {name: stream(data, rng) for name, data in arrays.items()}
 
 
-def multitask(family: str, config, params, tasks: dict, tokenizer, *,
+def finetune_many(family: str, config, params, tasks: dict, tokenizer, *,
               per_task: str = "pals", pal_dim: int = 48, pal_heads: int = 0,
               steps: int = 1000, batch_size: int = 16, lr: float = 1e-4,
               max_len: int = 128, anneal: bool = True, seed: int = 0,
