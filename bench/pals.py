@@ -3,6 +3,7 @@ fine-tunes, on the sample's classification tasks.
 
     python bench/pals.py --backbone WORKDIR [--tasks trec,bbc_topic,...]
         [--steps 300] [--seeds 3] [--pal_dim 16] [--adapter_dim 8]
+        [--lr 1e-3] [--adapter_lr 1e-2]
 
 From one pre-trained BERT-like workdir (`zoo.load`), four ways to serve
 T tasks, on the same budget of `--steps` training steps per task (batch
@@ -11,14 +12,17 @@ linear decay):
 
 - full: a separate fine-tune of the whole encoder per task;
 - adapters: a separate run per task training bottleneck adapters
-  (`--adapter_dim`) and the head, the encoder frozen;
+  (`--adapter_dim`) and the head, the encoder frozen and shared, at
+  `--adapter_lr` (small modules from the identity take a larger rate:
+  at the encoders' 1e-3 they stay far below it);
 - pals: one multi-task run (`zoo.finetune.multitask`, T x `--steps`
   steps, annealed sampling) training the shared encoder, and per task its
   projected attention layers (`--pal_dim`) and head;
 - heads: the same multi-task run with only a head per task.
 
 Prints per row the params each task adds (full: the whole encoder and its
-head), the params of all T tasks together, and each task's validation
+head), the params of all T tasks together (the shared encoder counted
+once), and each task's validation
 score (mean over seeds [min, max]) with their average; then a BENCH_JSON
 record for `bench/report.py --block pals`.
 """
@@ -50,6 +54,7 @@ def parse_args(argv):
   p.add_argument("--steps", type=int, default=300, help="per task")
   p.add_argument("--seeds", type=int, default=3)
   p.add_argument("--lr", type=float, default=1e-3)
+  p.add_argument("--adapter_lr", type=float, default=1e-2)
   p.add_argument("--max_len", type=int, default=64)
   p.add_argument("--pal_dim", type=int, default=16)
   p.add_argument("--adapter_dim", type=int, default=8)
@@ -67,21 +72,25 @@ def metric(scores: dict, task) -> float:
 
 
 def separate(loaded, tasks, mode, args, seed):
-  """A run per task: ({task: score}, {task: params it adds})."""
-  scores, added = {}, {}
+  """A run per task: ({task: score}, {task: params it adds}, shared: the
+  frozen encoder adapters share, 0 for full runs)."""
+  scores, added, shared = {}, {}, 0
   for name, task in tasks.items():
     got, state = finetune.finetune(
         loaded.family, loaded.config, loaded.params, task, loaded.tokenizer,
-        mode=mode, seed=seed, steps=args.steps, batch_size=16, lr=args.lr,
+        mode=mode, seed=seed, steps=args.steps, batch_size=16,
+        lr=args.lr if mode == "full" else args.adapter_lr,
         max_len=args.max_len, adapter_dim=args.adapter_dim, pool="mean",
         splits=("validation",), return_state=True)
     scores[name] = metric(got, task)
-    own = state.params if mode == "full" else [state.params["head"]] + [
-        v for k, v in traverse_util.flatten_dict(
-            state.params["backbone"]).items() if any("adapter" in p
-                                                     for p in k)]
-    added[name] = mt.count(own)
-  return scores, added
+    if mode == "full":
+      added[name] = mt.count(state.params)
+      continue
+    flat = traverse_util.flatten_dict(state.params["backbone"])
+    mine = [v for k, v in flat.items() if any("adapter" in p for p in k)]
+    added[name] = mt.count(mine) + mt.count(state.params["head"])
+    shared = mt.count(state.params["backbone"]) - mt.count(mine)
+  return scores, added, shared
 
 
 def together(loaded, tasks, per_task, args, seed):
@@ -104,8 +113,7 @@ def main(argv=None):
     for seed in range(args.seeds):
       start = time.time()
       if row in ("full", "adapters"):
-        scores, added = separate(loaded, tasks, row, args, seed)
-        shared = 0
+        scores, added, shared = separate(loaded, tasks, row, args, seed)
       else:
         scores, added, shared = together(loaded, tasks, row, args, seed)
       run = dict(row=row, seed=seed, scores=scores, added=added,
@@ -114,7 +122,8 @@ def main(argv=None):
       print(json.dumps(run), flush=True)
   _common.emit_json("pals", dict(
       backbone=args.backbone, family=loaded.family, tasks=args.tasks,
-      steps=args.steps, lr=args.lr, max_len=args.max_len,
+      steps=args.steps, lr=args.lr, adapter_lr=args.adapter_lr,
+      max_len=args.max_len,
       pal_dim=args.pal_dim, adapter_dim=args.adapter_dim, runs=runs,
       machine=_common.machine()))
 

@@ -256,8 +256,10 @@ def pals_section(r: dict) -> list[str]:
   out = [f"{len(tasks)} tasks on one {r['family']} ({r['backbone']}), "
          f"{r['steps']} steps of 16 rows x {r['max_len']} per task (the "
          f"multi-task rows {r['steps']} x {len(tasks)} in all), lr "
-         f"{r['lr']}, PALs of width {r['pal_dim']}, adapters of "
-         f"{r['adapter_dim']}. Validation score (accuracy; F1 for "
+         f"{r['lr']} (adapters {r.get('adapter_lr', r['lr'])}), PALs of "
+         f"width {r['pal_dim']}, adapters of {r['adapter_dim']}; all "
+         "tasks: the params serving every task, a shared encoder counted "
+         "once. Validation score (accuracy; F1 for "
          f"sms_spam), mean over {seeds} seeds [min, max]. "
          f"{machine_line(r['machine'])}", "",
          "| row | params per task | all tasks | " + " | ".join(tasks)
