@@ -177,7 +177,9 @@ def static_section(r: dict) -> list[str]:
   seeds = len({x["seed"] for x in runs})
   out = [f"Static embeddings, {r['size']} size, {r['passes']} passes over "
          f"the sample's {r['pieces'] / 1e6:.2f}M training pieces, "
-         f"{seeds} seeds each. Word classes: percent of the "
+         f"{seeds} seeds each" + (
+             f" (the zoo: {r['steps']} steps of {r['batch']} rows x 128)"
+             if "batch" in r else "") + ". Word classes: percent of the "
          f"{r['triples']} Brown word-class triples passed (50 = chance); "
          "probe: the demo's probe view, average of its three tasks. Mean "
          f"over seeds [min, max]. {machine_line(r['machine'])}", "",

@@ -1,7 +1,7 @@
 """The zoo's word2vec and FastText against gensim's, read the same ways.
 
     python bench/static_vs_gensim.py [--schemes skipgram,cbow,fasttext]
-        [--seeds 2] [--passes 5] [--size small] [--workdir DIR]
+        [--seeds 3] [--passes 5] [--size small] [--workdir DIR]
         [--batch N] [--impls zoo,gensim]
         [--config_arg objective_args.reduction=sum,...]
         [--zoo_flags=--config.optimizer.lr=0.02]
@@ -63,7 +63,7 @@ def parse_args(argv):
   """The command line."""
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--schemes", default="skipgram,cbow,fasttext")
-  p.add_argument("--seeds", type=int, default=2)
+  p.add_argument("--seeds", type=int, default=3)
   p.add_argument("--passes", type=int, default=5)
   p.add_argument("--size", default="small")
   p.add_argument("--batch", type=int, default=0,
