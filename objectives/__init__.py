@@ -37,7 +37,7 @@ from typing import Any
 _REGISTRY: dict[str, type] = {}
 # Modules of shared pieces, not schemes: never imported by `names()`.
 _HELPERS = ("noise", "transforms", "segments", "common", "encdec",
-            "permutation", "memory")
+            "permutation", "memory", "fields")
 # Other names of a scheme: `t5` is the T5 paper's choice, span corruption.
 ALIASES = {"t5": "t5_span"}
 _LOADED = False
