@@ -71,9 +71,9 @@ def annotate(tokenizer, text: str, linker=None) -> dict[str, np.ndarray]:
   Returns int32 arrays of one length T: `tokens`, `sentence_ids` (1, 2, ...),
   `word_ids` (1, 2, ...; pieces of one word share an id), `phrase_ids`
   (a fresh id per phrase unit; 0 outside units), `doc_keys` (the
-  document's `data.batch.doc_key` on every piece) and `entity_ids` (with
+  document's `data.batch.doc_key` on every piece), `entity_ids` (with
   a `data.linking.Linker`: entity id + 1 at each mention's first piece;
-  else 0).
+  else 0) and `field_ids` (0: plain text has no fields; `annotate_fields`).
   """
   sentences = split_sentences(text)
   encoded = tokenizer.encode_batch(sentences)
@@ -103,4 +103,47 @@ def annotate(tokenizer, text: str, linker=None) -> dict[str, np.ndarray]:
              np.zeros(0, np.int32)) for k, v in parts.items()}
   out["doc_keys"] = np.full(len(out["tokens"]), batch_lib.doc_key(text),
                             np.int32)
+  out["field_ids"] = np.zeros(len(out["tokens"]), np.int32)
   return out
+
+
+def annotate_fields(tokenizer, text: str, markers, linker=None
+                    ) -> dict[str, np.ndarray]:
+  """`annotate` of a document of F fields, each wrapped in its markers.
+
+  Line i < F - 1 of `text` is field i + 1, the rest field F (a body of
+  paragraphs). Field f reads `[begin_f] pieces [end_f]` with `field_ids`
+  f on all of them; its sentences, words and phrases number on from the
+  field before; a marker is a word of its own in the sentence it borders.
+
+  Args:
+    tokenizer, text, linker: as `annotate`.
+    markers: F (begin, end) id pairs (`data.articles.markers`).
+  """
+  lines = text.split("\n")
+  n = len(markers)
+  parts = lines[:n - 1] + ["\n".join(lines[n - 1:])]
+  parts += [""] * (n - len(parts))
+  out, last = [], dict(sentence_ids=0, word_ids=0, phrase_ids=0)
+  for f, (part, (begin, end)) in enumerate(zip(parts, markers), 1):
+    doc = annotate(tokenizer, part, linker)
+    k = len(doc["tokens"])
+    sent = doc["sentence_ids"] + last["sentence_ids"]
+    first_s = sent[0] if k else last["sentence_ids"] + 1
+    piece = dict(
+        tokens=[begin, *doc["tokens"], end],
+        sentence_ids=[first_s, *sent, sent[-1] if k else first_s],
+        word_ids=[last["word_ids"] + 1,
+                  *(doc["word_ids"] + last["word_ids"] + 1),
+                  last["word_ids"] + (doc["word_ids"][-1] if k else 0) + 2],
+        phrase_ids=[0, *np.where(doc["phrase_ids"] > 0, doc["phrase_ids"]
+                                 + last["phrase_ids"], 0), 0],
+        entity_ids=[0, *doc["entity_ids"], 0], field_ids=[f] * (k + 2))
+    piece = {key: np.asarray(v, np.int32) for key, v in piece.items()}
+    for key in last:
+      last[key] = max(last[key], int(piece[key].max()))
+    out.append(piece)
+  joined = {key: np.concatenate([p[key] for p in out]) for key in out[0]}
+  joined["doc_keys"] = np.full(len(joined["tokens"]),
+                               batch_lib.doc_key(text), np.int32)
+  return joined

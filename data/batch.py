@@ -18,10 +18,13 @@ are concatenated with EOS, T5-style), with the keys `KEYS`:
   with `data.entities`): the entity's id + 1 at the first piece of each
   mention, 0 elsewhere and on padding. Ids of the whole knowledge base,
   never renumbered per row.
+- `field_ids`: the field of an article each piece belongs to (`data.source
+  = "articles"`: 1 topic, 2 headline, 3 body, markers included), 0 in
+  plain text and on padding. Grover's scheme reads them.
 
 `OPTIONAL` keys may be missing from a hand-made batch: `with_defaults`
 fills them (no phrases; every (row, doc_ids) a document of its own; no
-entities).
+entities; no fields).
 """
 
 import zlib
@@ -30,8 +33,8 @@ from typing import Sequence
 import numpy as np
 
 KEYS = ("tokens", "doc_ids", "sentence_ids", "word_ids", "phrase_ids",
-        "doc_keys", "entity_ids")
-OPTIONAL = ("phrase_ids", "doc_keys", "entity_ids")
+        "doc_keys", "entity_ids", "field_ids")
+OPTIONAL = ("phrase_ids", "doc_keys", "entity_ids", "field_ids")
 _COUNTED = ("doc_ids", "sentence_ids", "word_ids")  # 1, 2, ... per row
 
 
@@ -53,7 +56,7 @@ def with_defaults(batch: dict, xp=np) -> dict:
                      f"{KEYS} ({OPTIONAL} optional)")
   out = dict(batch)
   doc = batch["doc_ids"]
-  for key in ("phrase_ids", "entity_ids"):
+  for key in ("phrase_ids", "entity_ids", "field_ids"):
     if key not in out:
       out[key] = xp.zeros_like(doc)
   if "doc_keys" not in out:
@@ -70,7 +73,7 @@ def check_row(row: dict[str, Sequence[int]]) -> None:
     ids = np.asarray(row[k])
     if (ids[~real] != 0).any():
       raise ValueError(f"{k} nonzero on padding")
-    if k in ("tokens", "doc_keys", "entity_ids"):
+    if k in ("tokens", "doc_keys", "entity_ids", "field_ids"):
       continue
     nz = ids[ids != 0] if k == "phrase_ids" else ids[real]
     if (np.diff(nz) < 0).any():

@@ -36,6 +36,8 @@ from data import c4
 from data import config as config_lib
 from data import packing
 
+# Sources read as C4 json.gz shards (the others are random-access).
+SHARDED = ("c4", "parallel", "articles")
 # Reasons a document (or part of one) was not used as is; every one counted.
 REASONS = ("undecodable", "bad_record", "missing_shard", "truncated_shard",
            "empty", "control_chars", "long_doc_truncated")
@@ -66,16 +68,19 @@ class Decode(grain.transforms.Map):
 
 
 class Annotate(grain.transforms.Map):
-  """`{"text", "bad"}` to the arrays of `annotate.annotate` plus `bad`.
+  """`{"text", "bad"}` to the arrays of `annotate.annotate` plus `bad`
+  (with `fields`, the (begin, end) markers of each field of an article:
+  `annotate.annotate_fields`).
 
   Control characters are replaced by spaces, an empty document yields no
   tokens, a document over `max_tokens` (None: no limit) is truncated; each
   is counted.
   """
 
-  def __init__(self, tokenizer, max_tokens: int | None, linker=None):
+  def __init__(self, tokenizer, max_tokens: int | None, linker=None,
+               fields=None):
     self.tokenizer, self.max_tokens = tokenizer, max_tokens
-    self.linker = linker
+    self.linker, self.fields = linker, fields
 
   def map(self, element):
     """Per-document int32 `[T]` arrays and `bad`, int32 `[len(REASONS)]`."""
@@ -90,7 +95,11 @@ class Annotate(grain.transforms.Map):
     if not text.strip():
       bad["empty"] = 1
       return {**empty, "bad": _bad_vector(bad)}
-    doc = annotate_lib.annotate(self.tokenizer, text, self.linker)
+    if self.fields is None:
+      doc = annotate_lib.annotate(self.tokenizer, text, self.linker)
+    else:
+      doc = annotate_lib.annotate_fields(self.tokenizer, text, self.fields,
+                                         self.linker)
     if self.max_tokens is not None and len(doc["tokens"]) > self.max_tokens:
       bad["long_doc_truncated"] = 1
       doc = {k: v[:self.max_tokens] for k, v in doc.items()}
@@ -182,12 +191,15 @@ def documents(cfg, split: str, seed: int, share: int = 0,
   cfg = config_lib.as_config(cfg)
   if not 0 <= share < num_shares:
     raise ValueError(f"share {share} outside [0, {num_shares})")
-  if cfg.source in ("c4", "parallel"):
+  if cfg.source in SHARDED:
     epochs, seed = _epochs_and_seed(cfg, split, seed)
     path = cfg.path
     if cfg.source == "parallel":
       from data import parallel  # pylint: disable=g-import-not-at-top
       path = str(parallel.ensure(cfg.path or None) / "c4")
+    if cfg.source == "articles":
+      from data import articles  # pylint: disable=g-import-not-at-top
+      path = str(articles.ensure(cfg.path or None) / "c4")
     return c4.JsonShards(
         c4.find_shards(path, split), seed=seed, num_epochs=epochs,
         block=cfg.shuffle_buffer, share=share, num_shares=num_shares,
@@ -225,7 +237,7 @@ def _random_access_source(cfg, split: str):
         str(sample.tfds_dir(folder))).as_data_source(split=split)
   if cfg.source != "tfds":
     raise ValueError(f"unknown data.source {cfg.source!r}; one of sample, "
-                     "c4, parallel, tfds, synthetic")
+                     "c4, parallel, articles, tfds, synthetic")
   if not cfg.tfds_name:
     raise ValueError("data.source='tfds' needs data.tfds_name")
   try:
@@ -458,11 +470,15 @@ def pretrain_loader(cfg, *, seq_len: int, batch_size: int, seed: int,
 
 def _slots(cfg, tokenizer, split, seed, rows, global_rows, seq_len):
   """The `Slots` of `rows`, read by Grain workers where the config asks."""
-  source = (None if cfg.source in ("c4", "parallel")
+  source = (None if cfg.source in SHARDED
             else shuffled_source(cfg, split, seed))
   whole = cfg.mode == "stream"  # a stream reads every document to its end
+  fields = None
+  if cfg.source == "articles":
+    from data import articles  # pylint: disable=g-import-not-at-top
+    fields = articles.markers(tokenizer.specials())
   annotate = Annotate(tokenizer, None if whole else cfg.max_doc_rows * seq_len,
-                      linking.linker(cfg.entities))
+                      linking.linker(cfg.entities), fields)
   eos = tokenizer.specials()["eos"]
   ds = Slots({r: Pack(documents(cfg, split, seed, r, global_rows, source)
                       .map(annotate), seq_len, eos) for r in rows}, seq_len)

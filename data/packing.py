@@ -20,17 +20,19 @@ KEYS = batch_lib.KEYS
 def close_document(doc: dict[str, np.ndarray], eos: int) -> dict:
   """`doc` (arrays of `annotate.annotate`) with EOS appended.
 
-  EOS stays in the last sentence, forms a word of its own, is in no phrase
-  and no entity mention, and belongs to the document (`doc_keys`).
+  EOS stays in the last sentence, forms a word of its own, is in no phrase,
+  no entity mention and no field, and belongs to the document
+  (`doc_keys`).
   """
   n = len(doc["tokens"])
   last_sentence = doc["sentence_ids"][-1] if n else 1
   last_word = doc["word_ids"][-1] if n else 0
   key = doc["doc_keys"][-1] if n else 1
   tail = dict(tokens=eos, sentence_ids=last_sentence, word_ids=last_word + 1,
-              phrase_ids=0, doc_keys=key, entity_ids=0)
+              phrase_ids=0, doc_keys=key, entity_ids=0, field_ids=0)
   doc = dict(doc)
   doc.setdefault("entity_ids", np.zeros(n, np.int32))
+  doc.setdefault("field_ids", np.zeros(n, np.int32))
   return {k: np.append(doc[k], np.int32(v)).astype(np.int32)
           for k, v in tail.items()}
 
@@ -65,7 +67,7 @@ class RowBuilder:
       raise ValueError(f"cannot add {n} tokens to a row with {self.space} free")
     sl = slice(self.fill, self.fill + n)
     self.row["tokens"][sl] = doc["tokens"][start:stop]
-    for k in ("doc_keys", "entity_ids"):  # ids of their own, kept as they are
+    for k in ("doc_keys", "entity_ids", "field_ids"):  # kept as they are
       self.row[k][sl] = doc[k][start:stop]
     self.row["doc_ids"][sl] = self.last["doc_ids"] + 1
     for k in ("sentence_ids", "word_ids", "phrase_ids"):
@@ -81,7 +83,8 @@ def pack_documents(docs: Iterable[dict], seq_len: int,
 
   Args:
     docs: dicts of int32 `[T]` arrays (`tokens`, `sentence_ids`, `word_ids`,
-      `phrase_ids`, `doc_keys`, optionally `entity_ids`) without EOS, as
+      `phrase_ids`, `doc_keys`, optionally `entity_ids` and `field_ids`)
+      without EOS, as
       `annotate.annotate` returns them.
     seq_len: L, the row length.
     eos: id closing each document.

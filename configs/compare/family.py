@@ -23,7 +23,7 @@ PREFERRED = {
     "bilm": "elmo", "unilm": "unilm", "mass": "bart", "bart": "bart",
     "electra": "electra", "plm": "xlnet", "awd_lm": "awd_lstm",
     "skipgram": "word2vec", "skip_thought": "skip_thought", "cove_mt": "cove",
-    "cbow": "word2vec", "ernie": "ernie",
+    "cbow": "word2vec", "ernie": "ernie", "grover": "gpt2",
 }
 FALLBACK = ("bert", "gpt2", "t5", "bart", "electra", "elmo", "unilm",
             "albert")
@@ -44,9 +44,11 @@ TEACHER_SCHEMES = ("distil", "tinybert")
 # Schemes that pre-train on other data than the grid's rows, and where
 # their rows read it: CoVe translates the parallel sample (`data.parallel`;
 # the same tokenizer, so the views read it like any row); ERNIE reads the
-# prose with WordNet's nouns linked (`data.linking`).
+# prose with WordNet's nouns linked (`data.linking`); Grover the BBC
+# articles as fields (`data.articles`).
 OTHER_DATA_SCHEMES = {"cove_mt": {"source": "parallel"},
-                      "ernie": {"entities": "wordnet"}}
+                      "ernie": {"entities": "wordnet"},
+                      "grover": {"source": "articles"}}
 
 # Cells beyond one per scheme: a family whose paper's point is an option of
 # a shared scheme.
