@@ -18,10 +18,7 @@ begin and end markers (`markers`) and its pieces carry its field id
 """
 
 import argparse
-import json
-import os
 import pathlib
-import shutil
 
 from data import c4
 from data import config
@@ -29,7 +26,6 @@ from data import sources
 
 VERSION = "1"
 FIELDS = ("topic", "headline", "body")  # field ids 1, 2, 3, in this order
-_STAMP = "BUILT"
 _TIMESTAMP = "2019-04-01T00:00:00Z"
 
 
@@ -63,24 +59,8 @@ def records(articles) -> dict[str, list[dict]]:
 
 def build(folder=None) -> pathlib.Path:
   """Builds the article sample into `folder` unless it is built."""
-  folder = pathlib.Path(folder or default_dir())
-  if (folder / _STAMP).exists() and json.loads(
-      (folder / _STAMP).read_text()).get("version") == VERSION:
-    return folder
-  tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
-  shutil.rmtree(tmp, ignore_errors=True)
-  splits = records(sources.bbc_articles())
-  for split, recs in splits.items():
-    c4.write_shards(recs, tmp / "c4", split, 2 if split == "train" else 1)
-  counts = {s: len(r) for s, r in splits.items()}
-  (tmp / _STAMP).write_text(json.dumps({"version": VERSION,
-                                        "articles": counts}))
-  shutil.rmtree(folder, ignore_errors=True)
-  try:
-    tmp.rename(folder)
-  except OSError:  # another process finished first; its build is the same
-    shutil.rmtree(tmp)
-  return folder
+  return c4.build_once(folder or default_dir(), VERSION,
+                       lambda: records(sources.bbc_articles()), "articles")
 
 
 def ensure(folder=None) -> pathlib.Path:
@@ -94,7 +74,7 @@ def main(argv=None) -> None:
   parser.add_argument("--dir", default=None,
                       help="default: <data_dir>/articles")
   folder = build(parser.parse_args(argv).dir)
-  print(f"article sample ready at {folder}: {(folder / _STAMP).read_text()}")
+  print(f"article sample ready at {folder}: {(folder / 'BUILT').read_text()}")
 
 
 if __name__ == "__main__":

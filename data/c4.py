@@ -15,8 +15,11 @@ that carries the next document (`bad`, reason -> count).
 import glob as globlib
 import gzip
 import json
+import os
+import pathlib
+import shutil
 import zlib
-from typing import Iterator
+from typing import Callable, Iterator
 
 import grain
 import numpy as np
@@ -43,6 +46,40 @@ def write_shards(records: list[dict], folder, split: str,
     path.write_bytes(gzip.compress(lines.encode("utf-8"), mtime=0))
     paths.append(str(path))
   return paths
+
+
+def build_once(folder, version: str, splits: Callable[[], dict],
+               what: str) -> pathlib.Path:
+  """A folder of C4 shards built from `splits()` unless its stamp says it
+  is built (`<folder>/BUILT`, JSON with `version` and the counts of each
+  split under `what`). The shards are written into a private temporary
+  folder renamed into place: two processes that build at once never see
+  each other's halves.
+
+  Args:
+    folder: where the shards go (`<folder>/c4/`).
+    version: the build's version; another version is rebuilt.
+    splits: returns {split: C4-schema records}; called only to build.
+    what: the stamp's name for the records ("pairs", "articles").
+  """
+  folder = pathlib.Path(folder)
+  stamp = folder / "BUILT"
+  if stamp.exists() and json.loads(stamp.read_text()).get(
+      "version") == version:
+    return folder
+  tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
+  shutil.rmtree(tmp, ignore_errors=True)
+  records = splits()
+  for split, recs in records.items():
+    write_shards(recs, tmp / "c4", split, 2 if split == "train" else 1)
+  (tmp / "BUILT").write_text(json.dumps(
+      {"version": version, what: {s: len(r) for s, r in records.items()}}))
+  shutil.rmtree(folder, ignore_errors=True)
+  try:
+    tmp.rename(folder)
+  except OSError:  # another process finished first; its build is the same
+    shutil.rmtree(tmp)
+  return folder
 
 
 def find_shards(path: str, split: str) -> list[str]:

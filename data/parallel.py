@@ -17,17 +17,13 @@ vocabulary the harness evaluates with.
 
 import argparse
 import hashlib
-import json
-import os
 import pathlib
-import shutil
 
 from data import c4
 from data import config
 from data import sources
 
 VERSION = "1"
-_STAMP = "BUILT"
 _TIMESTAMP = "2019-04-01T00:00:00Z"
 
 
@@ -50,24 +46,8 @@ def records(pairs: list[dict]) -> dict[str, list[dict]]:
 
 def build(folder=None) -> pathlib.Path:
   """Builds the parallel sample into `folder` unless it is built."""
-  folder = pathlib.Path(folder or default_dir())
-  if (folder / _STAMP).exists() and json.loads(
-      (folder / _STAMP).read_text()).get("version") == VERSION:
-    return folder
-  tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
-  shutil.rmtree(tmp, ignore_errors=True)
-  splits = records(sources.bible_pairs())
-  for split, recs in splits.items():
-    c4.write_shards(recs, tmp / "c4", split, 2 if split == "train" else 1)
-  counts = {s: len(r) for s, r in splits.items()}
-  (tmp / _STAMP).write_text(json.dumps({"version": VERSION,
-                                        "pairs": counts}))
-  shutil.rmtree(folder, ignore_errors=True)
-  try:
-    tmp.rename(folder)
-  except OSError:  # another process finished first; its build is the same
-    shutil.rmtree(tmp)
-  return folder
+  return c4.build_once(folder or default_dir(), VERSION,
+                       lambda: records(sources.bible_pairs()), "pairs")
 
 
 def ensure(folder=None) -> pathlib.Path:
@@ -81,7 +61,7 @@ def main(argv=None) -> None:
   parser.add_argument("--dir", default=None,
                       help="default: <data_dir>/parallel")
   folder = build(parser.parse_args(argv).dir)
-  print(f"parallel sample ready at {folder}: {(folder / _STAMP).read_text()}")
+  print(f"parallel sample ready at {folder}: {(folder / 'BUILT').read_text()}")
 
 
 if __name__ == "__main__":
