@@ -31,13 +31,15 @@ import argparse
 import json
 import time
 
-from flax import traverse_util
+import jax
 
 import _common  # pylint: disable=g-bad-import-order
 from data import tasks as tasks_lib
 from zoo import finetune
 from zoo import loading
 from zoo.finetune import multitask as mt
+from zoo.compress.heads import count_params
+from zoo.models import heads
 
 ROWS = ("full", "adapters", "pals", "heads")
 TASKS = "trec,bbc_topic,sms_spam,rotten_tomatoes,movie_reply"
@@ -84,12 +86,15 @@ def separate(loaded, tasks, mode, args, seed):
         splits=("validation",), return_state=True)
     scores[name] = metric(got, task)
     if mode == "full":
-      added[name] = mt.count(state.params)
+      added[name] = count_params(state.params)
       continue
-    flat = traverse_util.flatten_dict(state.params["backbone"])
-    mine = [v for k, v in flat.items() if any("adapter" in p for p in k)]
-    added[name] = mt.count(mine) + mt.count(state.params["head"])
-    shared = mt.count(state.params["backbone"]) - mt.count(mine)
+    backbone = state.params["backbone"]
+    mine = [x for x, own in zip(
+        jax.tree.leaves(backbone),
+        jax.tree.leaves(heads.adapter_mask(backbone, train_head=False)))
+            if own]
+    added[name] = count_params(mine) + count_params(state.params["head"])
+    shared = count_params(backbone) - count_params(mine)
   return scores, added, shared
 
 
@@ -101,7 +106,7 @@ def together(loaded, tasks, per_task, args, seed):
       steps=args.steps * len(tasks), batch_size=16, lr=args.lr,
       max_len=args.max_len, seed=seed, pool="mean")
   return ({n: metric(got[n], t) for n, t in tasks.items()},
-          {n: state.added_params(n) for n in tasks}, mt.count(state.shared))
+          {n: state.added_params(n) for n in tasks}, count_params(state.shared))
 
 
 def main(argv=None):

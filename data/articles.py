@@ -63,10 +63,6 @@ def build(folder=None) -> pathlib.Path:
                        lambda: records(sources.bbc_articles()), "articles")
 
 
-def ensure(folder=None) -> pathlib.Path:
-  """The article sample's folder, built first if needed."""
-  return build(folder)
-
 
 def main(argv=None) -> None:
   """`python -m data.articles`: builds the article sample."""

@@ -18,7 +18,7 @@ import os
 import numpy as np
 
 from data import config as config_lib
-from data import loader as loader_lib
+from data import documents as documents_lib
 
 MAX_DOCS = 200_000
 
@@ -50,7 +50,7 @@ def _train_texts(cfg, max_docs: int):
   """The texts of the first `max_docs` training documents, one pass."""
   once = config_lib.as_config(cfg).copy_and_resolve_references()
   once.num_epochs = 1
-  docs = loader_lib.documents(once, "train", seed=0)
+  docs = documents_lib.documents(once, "train", seed=0)
   for doc in itertools.islice(iter(docs), max_docs):
     if doc["text"]:
       yield doc["text"]

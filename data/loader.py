@@ -1,6 +1,6 @@
 """The pretraining loader: a Grain pipeline from documents to contract rows.
 
-    documents (C4 json.gz | TFDS array_record | the sample)
+    documents (`data.documents`: C4 json.gz | TFDS array_record | the sample)
       -> shuffled per epoch (seeded); share r of G for global row r
       -> clean, annotate, tokenize          (`Annotate`)
       -> concatenate with EOS, cut rows    (`Pack`, one per share)
@@ -32,40 +32,9 @@ import numpy as np
 from data import annotate as annotate_lib
 from data import linking
 from data import batch as batch_lib
-from data import c4
 from data import config as config_lib
+from data import documents as documents_lib
 from data import packing
-
-# Sources read as C4 json.gz shards (the others are random-access).
-SHARDED = ("c4", "parallel", "articles")
-# Reasons a document (or part of one) was not used as is; every one counted.
-REASONS = ("undecodable", "bad_record", "missing_shard", "truncated_shard",
-           "empty", "control_chars", "long_doc_truncated")
-
-
-def _bad_vector(bad: dict) -> np.ndarray:
-  return np.array([bad.get(r, 0) for r in REASONS], np.int32)
-
-
-class Decode(grain.transforms.Map):
-  """A TFDS record (`text_key` bytes) to `{"text", "bad"}`."""
-
-  def __init__(self, text_key: str = "text"):
-    self.text_key = text_key
-
-  def map(self, record):
-    """`{"text": str | None, "bad": {reason: 1}}` of one record."""
-    raw = record.get(self.text_key) if isinstance(record, dict) else None
-    if isinstance(raw, str):
-      return {"text": raw, "bad": {}}
-    if not isinstance(raw, bytes):
-      return {"text": None, "bad": {"bad_record": 1}}
-    try:
-      return {"text": raw.decode("utf-8"), "bad": {}}
-    except UnicodeDecodeError:
-      return {"text": raw.decode("utf-8", errors="replace"),
-              "bad": {"undecodable": 1}}
-
 
 class Annotate(grain.transforms.Map):
   """`{"text", "bad"}` to the arrays of `annotate.annotate` plus `bad`
@@ -83,18 +52,19 @@ class Annotate(grain.transforms.Map):
     self.linker, self.fields = linker, fields
 
   def map(self, element):
-    """Per-document int32 `[T]` arrays and `bad`, int32 `[len(REASONS)]`."""
+    """Per-document int32 `[T]` arrays and `bad`, int32 [len(REASONS)]
+    (`data.documents.REASONS`)."""
     bad = dict(element["bad"])
     text = element["text"]
     empty = {k: np.zeros(0, np.int32) for k in batch_lib.KEYS if k != "doc_ids"}
     if text is None:
-      return {**empty, "bad": _bad_vector(bad)}
+      return {**empty, "bad": documents_lib.bad_vector(bad)}
     text, n_control = annotate_lib.clean(text)
     if n_control:
       bad["control_chars"] = 1
     if not text.strip():
       bad["empty"] = 1
-      return {**empty, "bad": _bad_vector(bad)}
+      return {**empty, "bad": documents_lib.bad_vector(bad)}
     if self.fields is None:
       doc = annotate_lib.annotate(self.tokenizer, text, self.linker)
     else:
@@ -103,13 +73,13 @@ class Annotate(grain.transforms.Map):
     if self.max_tokens is not None and len(doc["tokens"]) > self.max_tokens:
       bad["long_doc_truncated"] = 1
       doc = {k: v[:self.max_tokens] for k, v in doc.items()}
-    return {**doc, "bad": _bad_vector(bad)}
+    return {**doc, "bad": documents_lib.bad_vector(bad)}
 
 
 class Pack(grain.IterDataset):
   """Annotated documents to rows of `seq_len` tokens (the batch contract).
 
-  Each row also carries `_bad`, int32 `[len(REASONS)]`: the problems met
+  Each row also carries `_bad`, int32 [len(REASONS)]: the problems met
   while reading the documents since the previous row.
   """
 
@@ -133,7 +103,7 @@ class PackIterator(grain.DatasetIterator):
 
   def _next_doc(self) -> np.ndarray:
     """Reads documents until one has tokens; returns the bad counts met."""
-    bad = np.zeros(len(REASONS), np.int32)
+    bad = np.zeros(len(documents_lib.REASONS), np.int32)
     while True:
       self.doc_state = self._parent.get_state()
       try:
@@ -148,7 +118,7 @@ class PackIterator(grain.DatasetIterator):
 
   def __next__(self) -> dict:
     builder = packing.RowBuilder(self.seq_len)
-    bad = np.zeros(len(REASONS), np.int32)
+    bad = np.zeros(len(documents_lib.REASONS), np.int32)
     while builder.space:
       if self.doc is None or self.offset >= len(self.doc["tokens"]):
         try:
@@ -176,79 +146,6 @@ class PackIterator(grain.DatasetIterator):
     if state["has_doc"]:
       self.doc = packing.close_document(next(self._parent), self.eos)
       self.offset = int(state["offset"])
-
-
-def documents(cfg, split: str, seed: int, share: int = 0,
-              num_shares: int = 1, source=None) -> grain.IterDataset:
-  """Share `share` of `num_shares` of `split`: `{"text", "bad"}` elements.
-
-  The shares are disjoint and together cover the split. A random-access
-  source (TFDS, the sample; `source`, when given, is its `MapDataset`) is
-  shuffled per epoch, then share i takes documents i, i + n, ... of that
-  order; C4 json.gz shards are split by shard (or by line when there are
-  fewer shards than shares). Nothing depends on how many processes read.
-  """
-  cfg = config_lib.as_config(cfg)
-  if not 0 <= share < num_shares:
-    raise ValueError(f"share {share} outside [0, {num_shares})")
-  if cfg.source in SHARDED:
-    epochs, seed = _epochs_and_seed(cfg, split, seed)
-    path = cfg.path
-    if cfg.source == "parallel":
-      from data import parallel  # pylint: disable=g-import-not-at-top
-      path = str(parallel.ensure(cfg.path or None) / "c4")
-    if cfg.source == "articles":
-      from data import articles  # pylint: disable=g-import-not-at-top
-      path = str(articles.ensure(cfg.path or None) / "c4")
-    return c4.JsonShards(
-        c4.find_shards(path, split), seed=seed, num_epochs=epochs,
-        block=cfg.shuffle_buffer, share=share, num_shares=num_shares,
-        text_key=cfg.text_key)
-  if source is None:
-    source = shuffled_source(cfg, split, seed)
-  return source[share::num_shares].map(Decode(cfg.text_key)
-                                       ).to_iter_dataset()
-
-
-def shuffled_source(cfg, split: str, seed: int) -> grain.MapDataset:
-  """A random-access split, reshuffled every epoch (`num_epochs` of them)."""
-  cfg = config_lib.as_config(cfg)
-  epochs, seed = _epochs_and_seed(cfg, split, seed)
-  ds = grain.MapDataset.source(_random_access_source(cfg, split))
-  if not len(ds):
-    raise ValueError(f"split {split!r} has no documents")
-  return ds.shuffle(seed=seed % 2**32).repeat(epochs)
-
-
-def _epochs_and_seed(cfg, split: str, seed: int):
-  """Passes over `split` (None: endless, the train default) and the
-  shuffle seed (`cfg.shuffle_seed` overrides the run's)."""
-  epochs = cfg.num_epochs or (None if split == "train" else 1)
-  return epochs, seed if cfg.shuffle_seed is None else cfg.shuffle_seed
-
-
-def _random_access_source(cfg, split: str):
-  """A TFDS array_record data source (the sample's or `cfg.tfds_name`)."""
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  if cfg.source == "sample":
-    from data import sample  # pylint: disable=g-import-not-at-top
-    folder = sample.ensure(cfg.sample_dir or None)
-    return tfds.builder_from_directory(
-        str(sample.tfds_dir(folder))).as_data_source(split=split)
-  if cfg.source != "tfds":
-    raise ValueError(f"unknown data.source {cfg.source!r}; one of sample, "
-                     "c4, parallel, articles, tfds, synthetic")
-  if not cfg.tfds_name:
-    raise ValueError("data.source='tfds' needs data.tfds_name")
-  try:
-    return tfds.data_source(cfg.tfds_name, split=split,
-                            data_dir=cfg.data_dir or None)
-  except Exception as e:  # TFDS raises several types for a missing dataset
-    raise FileNotFoundError(
-        f"TFDS dataset {cfg.tfds_name!r} is not prepared as array_record "
-        f"under {cfg.data_dir or '~/tensorflow_datasets'}: prepare it with "
-        f"`tfds build {cfg.tfds_name} --file_format=array_record` "
-        f"({str(e).splitlines()[0][:200]})") from e
 
 
 class Slots(grain.IterDataset):
@@ -284,7 +181,7 @@ class SlotsIterator(grain.DatasetIterator):
     super().__init__(list(self.its.values()))
     self.rows, self.turn, self.done = list(self.its), 0, set()
     self.pad = {k: np.zeros(ds.seq_len, np.int32) for k in batch_lib.KEYS}
-    self.pad["_bad"] = np.zeros(len(REASONS), np.int32)
+    self.pad["_bad"] = np.zeros(len(documents_lib.REASONS), np.int32)
 
   def __next__(self) -> dict:
     if self.turn == 0 and len(self.done) == len(self.rows):
@@ -353,7 +250,7 @@ class PretrainLoader:
 
   def _count(self, bad: np.ndarray) -> None:
     """Adds a batch's bad-input counts; logs each reason now and then."""
-    new = {r: int(n) for r, n in zip(REASONS, bad) if n}
+    new = {r: int(n) for r, n in zip(documents_lib.REASONS, bad) if n}
     if not new:
       return
     before = dict(self.stats)
@@ -470,8 +367,8 @@ def pretrain_loader(cfg, *, seq_len: int, batch_size: int, seed: int,
 
 def _slots(cfg, tokenizer, split, seed, rows, global_rows, seq_len):
   """The `Slots` of `rows`, read by Grain workers where the config asks."""
-  source = (None if cfg.source in SHARDED
-            else shuffled_source(cfg, split, seed))
+  source = (None if cfg.source in documents_lib.SHARDED
+            else documents_lib.shuffled_source(cfg, split, seed))
   whole = cfg.mode == "stream"  # a stream reads every document to its end
   fields = None
   if cfg.source == "articles":
@@ -480,9 +377,11 @@ def _slots(cfg, tokenizer, split, seed, rows, global_rows, seq_len):
   annotate = Annotate(tokenizer, None if whole else cfg.max_doc_rows * seq_len,
                       linking.linker(cfg.entities), fields)
   eos = tokenizer.specials()["eos"]
-  ds = Slots({r: Pack(documents(cfg, split, seed, r, global_rows, source)
+  docs = lambda r: documents_lib.documents(cfg, split, seed, r, global_rows,
+                                           source)
+  ds = Slots({r: Pack(docs(r)
                       .map(annotate), seq_len, eos) for r in rows}, seq_len)
-  finite = _epochs_and_seed(cfg, split, seed)[0] is not None
+  finite = documents_lib.epochs_and_seed(cfg, split, seed)[0] is not None
   if not cfg.worker_count or finite:  # a finite split reads in-process
     return ds
   if len(rows) % cfg.worker_count:

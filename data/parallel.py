@@ -50,10 +50,6 @@ def build(folder=None) -> pathlib.Path:
                        lambda: records(sources.bible_pairs()), "pairs")
 
 
-def ensure(folder=None) -> pathlib.Path:
-  """The parallel sample's folder, built first if needed."""
-  return build(folder)
-
 
 def main(argv=None) -> None:
   """`python -m data.parallel`: builds the parallel sample."""

@@ -31,6 +31,8 @@ Letters: B batch, T length.
 import jax
 import jax.numpy as jnp
 
+from objectives import transforms
+
 RULES = ("paper", "release")
 DROPPED, CONTEXT, TARGET = -1, 0, 1
 
@@ -85,23 +87,19 @@ def arrange(group, segment_ids, field_ids, *arrays):
   Args:
     group: [B, T] int32 from `chunks`.
     segment_ids, field_ids: [B, T] int32.
-    *arrays: more [B, T, ...] arrays to move the same way (tokens, ...).
+    *arrays: more [B, T] arrays to move the same way (tokens, ...).
 
   Returns:
     (keep [B, T] bool, segment_ids, field_ids, *arrays) rearranged; keep
     is False on the freed slots (their values are meaningless: mask them).
   """
-  t = segment_ids.shape[1]
   num = jnp.max(field_ids) + 2  # field ranks, with 0 (outside) last
   rank = jnp.where(field_ids > 0, field_ids, num - 1)
   keep = (group != DROPPED) & (segment_ids > 0)
-  pos = jnp.arange(t)[None]
-  key = ((segment_ids * 2 + group) * num + rank) * t + pos
-  key = jnp.where(keep, key, jnp.iinfo(jnp.int32).max - t + pos)
-  order = jnp.argsort(key, axis=1)
-  take = lambda x: jnp.take_along_axis(
-      x, order.reshape(order.shape + (1,) * (x.ndim - 2)), axis=1)
-  moved = [take(x) for x in (keep, segment_ids, field_ids, *arrays)]
+  key = (group * num + rank).astype(jnp.float32)
+  order = transforms.sort_within_docs(jnp.where(keep, segment_ids, 0), key)
+  moved = transforms.gather_rows(dict(enumerate(
+      (keep, segment_ids, field_ids, *arrays))), order)
   kept = moved[0]
   return (kept, jnp.where(kept, moved[1], 0), jnp.where(kept, moved[2], 0),
-          *moved[3:])
+          *(moved[i] for i in range(3, len(moved))))

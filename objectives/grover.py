@@ -15,7 +15,7 @@ dropout) and `body_only` (0.35, the share of documents that keep only
 their body, or under the release start with it).
 """
 
-import jax
+import jax.numpy as jnp
 
 from data import articles
 from objectives import common
@@ -47,13 +47,11 @@ class Grover(common.Scheme):
                           drop=o["drop"], body_only=o["body_only"])
     keep, doc_ids, field_ids, tokens = fields.arrange(
         group, batch["doc_ids"], batch["field_ids"], batch["tokens"])
-    return dict(batch, tokens=jax.numpy.where(keep, tokens, 0),
+    return dict(batch, tokens=jnp.where(keep, tokens, 0),
                 doc_ids=doc_ids, field_ids=field_ids)
 
   def model_inputs(self, inputs):
     return (inputs["tokens"],), lm.doc_inputs(inputs)
 
   def score(self, params, inputs, outputs, rng, deterministic):
-    targets, weights = common.next_token_targets(inputs["tokens"],
-                                                 inputs["doc_ids"])
-    return {"lm": common.token_sums(outputs["logits"], targets, weights)}
+    return lm.next_token_parts(inputs, outputs)

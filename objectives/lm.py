@@ -78,9 +78,15 @@ class CausalLM(common.Scheme):
     return (inputs["tokens"],), kw
 
   def score(self, params, inputs, outputs, rng, deterministic):
-    targets, weights = common.next_token_targets(inputs["tokens"],
-                                                 inputs["doc_ids"])
-    return {"lm": common.token_sums(outputs["logits"], targets, weights)}
+    return next_token_parts(inputs, outputs)
+
+
+def next_token_parts(inputs, outputs):
+  """{"lm": sums} of each position predicting the next token of its own
+  document (`doc_ids`)."""
+  targets, weights = common.next_token_targets(inputs["tokens"],
+                                               inputs["doc_ids"])
+  return {"lm": common.token_sums(outputs["logits"], targets, weights)}
 
 
 @register

@@ -173,6 +173,9 @@ class _Word2Vec(common.Scheme):
       raise ValueError(f"objective {self.name!r} trains word2vec or "
                        f"fasttext tables, not {self.family!r}")
     self._tables = {}
+    if self.options["reduction"] not in REDUCTIONS:
+      raise ValueError(f"reduction {self.options['reduction']!r} is not "
+                       f"one of {REDUCTIONS}")
 
   def _table(self, name: str) -> np.ndarray:
     """Option `name` (`counts`, `ngram_table`; an array, or a callable
@@ -216,9 +219,6 @@ class _Word2Vec(common.Scheme):
     """The pairs' mean loss, or with `reduction="sum"` their sum (metrics
     unchanged), so that SGD's rate is word2vec's rate per pair."""
     loss, metrics = super().loss(params, batch, rng, deterministic)
-    if self.options["reduction"] not in REDUCTIONS:
-      raise ValueError(f"reduction {self.options['reduction']!r} is not "
-                       f"one of {REDUCTIONS}")
     if self.options["reduction"] == "sum":
       loss = loss * jax.lax.stop_gradient(metrics["weight_sum"])
     return loss, metrics

@@ -140,12 +140,15 @@ def noise_span_to_mask(tokens, mask, inserts, doc_ids, specials, length):
   return emit(counts, first, tokens, doc_ids, length)
 
 
-def _gather(batch, order):
+def gather_rows(batch, order):
+  """Every [B, L] array of `batch` reordered by `order` [B, L]."""
   return {k: jnp.take_along_axis(v, order, axis=-1) for k, v in batch.items()}
 
 
-def _sort_within_docs(doc_ids, key):
-  """Order [B, L] that sorts each document's positions by float `key`."""
+def sort_within_docs(doc_ids, key):
+  """Order [B, L] that sorts each document's positions by float `key`
+  (ties in position order); documents stay in place, padding (doc id 0)
+  last."""
   t = jnp.broadcast_to(jnp.arange(doc_ids.shape[-1]), doc_ids.shape)
   doc = jnp.where(doc_ids > 0, doc_ids, jnp.iinfo(jnp.int32).max)
   return jnp.lexsort((t, key, doc), axis=-1)
@@ -165,7 +168,7 @@ def permute_sentences(rng, batch, specials):
   unit = jnp.cumsum(noise_lib.unit_starts(batch["sentence_ids"], ok), -1)
   u = jax.random.uniform(rng, tokens.shape)
   key = jnp.where(ok, jnp.take_along_axis(u, unit, axis=-1), 2.0)
-  return _gather(batch, _sort_within_docs(doc, key))
+  return gather_rows(batch, sort_within_docs(doc, key))
 
 
 def shuffle_tokens(rng, batch, specials, keys=None):
@@ -179,7 +182,7 @@ def shuffle_tokens(rng, batch, specials, keys=None):
   if keys is None:
     keys = jax.random.uniform(rng, tokens.shape)
   key = jnp.where(ok, keys, 2.0)
-  return _gather(batch, _sort_within_docs(doc, key))
+  return gather_rows(batch, sort_within_docs(doc, key))
 
 
 def rotate_documents(rng, batch, specials):
@@ -202,4 +205,4 @@ def rotate_documents(rng, batch, specials):
   shift = jnp.floor(jnp.take_along_axis(u, doc, axis=-1) * n_doc)
   src = start + (index + shift.astype(jnp.int32)) % n_doc
   order = jnp.where(ok, src, jnp.arange(size))
-  return _gather(batch, order)
+  return gather_rows(batch, order)

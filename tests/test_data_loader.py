@@ -9,6 +9,7 @@ import pytest
 import data
 from data import batch as batch_lib
 from data import c4
+from data import documents as documents_lib
 from data import loader as loader_lib
 from data import packing
 from data import sample
@@ -59,7 +60,7 @@ def test_process_shares_are_disjoint_and_cover_the_split():
   src = tfds.builder_from_directory(str(sample.tfds_dir(sample.ensure()))
                                     ).as_data_source(split="validation")
   everything = sorted(src[i]["text"].decode() for i in range(len(src)))
-  shares = [_texts(loader_lib.documents(SAMPLE, "validation", 3, i, 3))
+  shares = [_texts(documents_lib.documents(SAMPLE, "validation", 3, i, 3))
             for i in range(3)]
   assert sum(map(len, shares)) == len(everything)
   assert sorted(t for s in shares for t in s) == everything
@@ -149,7 +150,7 @@ def test_c4_shares_cover_the_shards(tmp_path, shards, procs):
   _write_c4(tmp_path, "train", texts)
   cfg = {"source": "c4", "path": str(tmp_path), "num_epochs": 1,
          "shuffle_buffer": 3}
-  shares = [_texts(loader_lib.documents(cfg, "train", 0, i, procs))
+  shares = [_texts(documents_lib.documents(cfg, "train", 0, i, procs))
             for i in range(procs)]
   assert sorted(t for s in shares for t in s) == sorted(sum(texts, []))
 
@@ -257,8 +258,8 @@ STREAM = {**SAMPLE, "mode": "stream"}
 def _stream_of_row(cfg, tokenizer, seed, row, rows, length):
   """The first `length` tokens of row `row`'s stream, built directly: its
   share of the documents, each closed by EOS, concatenated."""
-  source = loader_lib.shuffled_source(cfg, "train", seed)
-  docs = loader_lib.documents(cfg, "train", seed, row, rows, source).map(
+  source = documents_lib.shuffled_source(cfg, "train", seed)
+  docs = documents_lib.documents(cfg, "train", seed, row, rows, source).map(
       loader_lib.Annotate(tokenizer, None))
   eos, out = tokenizer.specials()["eos"], []
   for doc in docs:

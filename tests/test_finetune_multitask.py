@@ -7,6 +7,7 @@ import pytest
 from flax import traverse_util
 
 import test_finetune as ft
+from zoo.compress.heads import count_params
 from zoo.finetune import multitask as mt
 
 
@@ -39,7 +40,7 @@ def test_split_and_merge_partition_the_pal_params():
       shared)
   back = traverse_util.flatten_dict(mt.merge(shared, pal))
   assert back.keys() == traverse_util.flatten_dict(tree).keys()
-  assert mt.count(pal) == 6 and mt.count(shared) == 8
+  assert count_params(pal) == 6 and count_params(shared) == 8
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +73,8 @@ def test_each_task_owns_its_pals_and_head_and_shares_the_rest(tok,
   # A task's PALs and head are its own: fresh, different init per task.
   assert not np.allclose(topic["pal"]["encoder"]["pal_encoder"],
                          mirror["pal"]["encoder"]["pal_encoder"])
-  head = mt.count(topic["head"])
-  assert state.added_params("topic") == mt.count(topic["pal"]) + head
+  head = count_params(topic["head"])
+  assert state.added_params("topic") == count_params(topic["pal"]) + head
   # Each task reads the one shared backbone through its own PALs.
   for name in two_tasks:
     flat = traverse_util.flatten_dict(state.params(name)["backbone"])

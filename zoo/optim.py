@@ -49,8 +49,9 @@ def schedule(opt_cfg, steps: int) -> optax.Schedule:
       [optax.linear_schedule(0.0, lr, warmup), after], [warmup])
 
 
-def _decay_mask(params):
-  # Weight decay on matrices only: biases, norm scales and gains stay free.
+def decay_mask(params):
+  """Where weight decay applies: matrices only (biases, norm scales and
+  gains stay free)."""
   return jax.tree_util.tree_map(lambda p: p.ndim > 1, params)
 
 
@@ -79,10 +80,10 @@ def make(opt_cfg, steps: int) -> optax.GradientTransformation:
         rate, b1=float(opt_cfg.get("b1", 0.9)),
         b2=float(opt_cfg.get("b2", 0.999)),
         eps=float(opt_cfg.get("eps", 1e-8)), weight_decay=decay,
-        mask=_decay_mask))
+        mask=decay_mask))
   else:
     if decay:
-      parts.append(optax.add_decayed_weights(decay, mask=_decay_mask))
+      parts.append(optax.add_decayed_weights(decay, mask=decay_mask))
     parts.append(optax.sgd(rate))
   tx = optax.chain(*parts)
   prune = magnitude.from_block(opt_cfg.get("prune"))

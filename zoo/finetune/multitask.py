@@ -39,6 +39,7 @@ import optax
 from flax import traverse_util
 
 from zoo import optim
+from zoo.compress import heads as pruning
 from zoo.finetune import evaluate as evaluate_lib
 from zoo.finetune import run as run_lib
 from zoo.finetune import spec as spec_lib
@@ -73,12 +74,8 @@ class State:
 
   def added_params(self, name: str) -> int:
     """How many params task `name` adds to the shared backbone."""
-    return count(self.own[name])
+    return pruning.count_params(self.own[name])
 
-
-def count(tree) -> int:
-  """Number of scalars in a param tree."""
-  return int(sum(np.size(x) for x in jax.tree_util.tree_leaves(tree)))
 
 
 def is_pal(path) -> bool:
@@ -125,8 +122,7 @@ def _adam(weight_decay: float) -> optax.GradientTransformation:
   """Adam's scaled direction plus decoupled decay on matrices (the rate
   and its sign are applied by the step)."""
   return optax.chain(optax.scale_by_adam(), optax.add_decayed_weights(
-      weight_decay, mask=lambda p: jax.tree_util.tree_map(
-          lambda x: x.ndim > 1, p)))
+      weight_decay, mask=optim.decay_mask))
 
 
 @functools.partial(jax.jit, static_argnums=0, donate_argnums=(1, 2, 3, 4))

@@ -275,7 +275,7 @@ def optimizer(spec: Spec, mask, prune: magnitude.Config | None = None,
                            spec.steps)
   adamw = optax.adamw(
       sched, weight_decay=spec.weight_decay,
-      mask=lambda p: jax.tree_util.tree_map(lambda x: x.ndim > 1, p))
+      mask=optim.decay_mask)
   if prune is not None:
     adamw = magnitude.prune(adamw, prune)
   labels = jax.tree_util.tree_map(lambda t: "train" if t else "frozen", mask)
