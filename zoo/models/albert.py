@@ -18,6 +18,8 @@ import jax.numpy as jnp
 from zoo.models import bert
 from zoo.models import blocks
 from zoo.models import layers
+from zoo.models import masks
+from zoo.models import positions as positions_lib
 
 Array = jax.Array
 INTERFACE = "encoder"
@@ -54,7 +56,8 @@ class Model(nn.Module):
     c = self.config
     self.embeddings = bert.Embeddings(
         c.vocab_size, c.embedding_dim, c.max_len, c.type_vocab_size,
-        c.norm_eps, c.dropout_rate, c.dtype)
+        c.norm_eps, c.dropout_rate, c.dtype, c.position_init,
+        c.trigram_input)
     self.embed_proj = layers.Dense(c.embed_dim, ("embed", "embed_out"),
                                    dtype=c.dtype)
     self.encoder = blocks.Stack(c.block(), c.num_layers, remat=c.remat,
@@ -82,9 +85,11 @@ class Model(nn.Module):
     c = self.config
     attn_mask = bert.encoder_mask(tokens, c.pad_id, segment_ids, mask)
     pos = layers.arange_positions(tokens, positions) + c.position_offset
-    x = self.embed_proj(self.embeddings(tokens, pos, token_types,
-                                        deterministic))
-    h, hs = self.encoder(x, attn_mask, deterministic=deterministic)
+    x = self.embed_proj(self.embeddings(
+        tokens, pos, token_types, deterministic,
+        masks.real_segments(tokens, c.pad_id, segment_ids)))
+    bias = (positions_lib.alibi_bias(pos, c.num_heads) if c.alibi else None)
+    h, hs = self.encoder(x, attn_mask, bias, deterministic=deterministic)
     out = {"hidden": h, "layers": (x,) + hs}
     if return_logits:
       out["logits"] = self.mlm(bert.gather_positions(h, logits_at),
