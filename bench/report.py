@@ -5,9 +5,10 @@
     python bench/report.py /tmp/train_step.log /tmp/attention.log \\
         [--readme README.md] [--block perf]
 
-Reads the `BENCH_JSON` lines the benchmarks print (the last of each kind)
-and replaces the text between `<!-- perf:start -->` and `<!-- perf:end -->`
-(or another `--block`)
+Reads the `BENCH_JSON` lines the benchmarks print (the last of each kind;
+a file holding one record as a JSON object, as `bench/grover.py --out`
+writes, counts as one such line) and replaces the text between
+`<!-- perf:start -->` and `<!-- perf:end -->` (or another `--block`)
 in the README with tables naming the machine and versions. Text outside
 the markers is kept.
 """
@@ -31,7 +32,10 @@ def read_records(paths) -> list[dict]:
   """
   records = {}
   for path in paths:
-    for line in pathlib.Path(path).read_text().splitlines():
+    text = pathlib.Path(path).read_text()
+    lines = ([f"{TAG} {text}"] if text.lstrip().startswith("{")
+             else text.splitlines())
+    for line in lines:
       if line.startswith(TAG + " "):
         record = json.loads(line[len(TAG) + 1:])
         first = next(iter(record.get("results", {})), "")
@@ -280,12 +284,92 @@ def pals_section(r: dict) -> list[str]:
   return out + [""]
 
 
+def _grover_perplexity(p: dict, where: str) -> list[str]:
+  """Table rows of one perplexity comparison of a `grover` record."""
+  ci = lambda v, k=1: f"{v[0]:.{k}f} [{v[1]:.{k}f}, {v[2]:.{k}f}]"
+  return [f"| body perplexity ({where}), after topic + headline | "
+          f"{ci(p['ppl_with'])} |",
+          f"| body perplexity ({where}), body alone | "
+          f"{ci(p['ppl_without'])} |",
+          f"| alone - with ({where}), nats per piece | "
+          f"{p['nll_diff'][0]:+.3f} [{p['nll_diff'][1]:+.3f}, "
+          f"{p['nll_diff'][2]:+.3f}] |",
+          f"| perplexity ratio alone / with ({where}) | "
+          f"{ci(p['ppl_ratio'], 3)} |"]
+
+
+def grover_section(r: dict) -> list[str]:
+  """Markdown lines for one `grover` record."""
+  p, d, run = r["perplexity"], r["discriminator"], r["run"]
+  ci = lambda v: f"{v[0]:.1f} [{v[1]:.1f}, {v[2]:.1f}]"
+  sampling = ", ".join(([f"top-k {r['top_k']}"] if r["top_k"] else [])
+                       + ([f"top-p {r['top_p']}"] if r["top_p"] < 1 else []))
+  out = [f"Grover GPT-2 ({run['layers']} layers of {run['width']}, "
+         f"{run['params'] / 1e6:.1f}M params) pre-trained {run['steps']} "
+         f"steps of {run['batch']} x {run['seq_len']} article pieces. "
+         f"Body perplexity of the {p['articles']} validation articles, the "
+         f"same body pieces scored in both layouts: window, those in each "
+         f"article's first {run['seq_len']} pieces ({p['pieces']:.0f} in "
+         "all); opening, each body's first "
+         f"{r.get('opening', '?')}; exp of the mean over articles of nats "
+         "per piece. Discriminator: the backbone with a concat-pooling head "
+         f"fine-tuned {r['disc_steps']} steps on {d['train']} bodies, tested "
+         f"on {d['test']} of other articles (generated: "
+         f"{sampling or 'sampled'}, {r['gen_pieces']:.0f} pieces on "
+         "average, real ones cut to match). Point [95% bootstrap interval "
+         f"over articles]. {machine_line(r['machine'])}", "",
+         "| measure | value |", "|---|---:|"]
+  out += _grover_perplexity(p, "window")
+  if "perplexity_opening" in r:
+    out += _grover_perplexity(r["perplexity_opening"], "opening")
+  out.append(f"| discriminator accuracy, % | {ci(d['trained']['accuracy'])} |")
+  if "random" in d:
+    out += [f"| same, random-init backbone, % | "
+            f"{ci(d['random']['accuracy'])} |",
+            f"| pre-trained - random, points | {d['delta'][0]:+.1f} "
+            f"[{d['delta'][1]:+.1f}, {d['delta'][2]:+.1f}] |"]
+  t = r["seconds"]
+  return out + [f"| chance, % | {d['chance']:.1f} |", "",
+                f"The run took {t['total'] / 60:.0f} min (pre-training "
+                f"{t.get('pretrain', 0) / 60:.0f} min).", ""]
+
+
+def speech_section(r: dict) -> list[str]:
+  """Markdown lines for one `speech` record."""
+  rows = r["rows"]
+  views = list(rows["pre-trained"])
+  out = [f"Mockingjay pre-trained by `mam` ({r['config']}): {r['steps']} "
+         f"steps in {r['pretrain_seconds']:.0f} s, final training L1 "
+         f"{r['final_loss']}. Frame-level linear probes (`zoo.harness."
+         f"speech_probe`) fitted on the steps of {r['train_utterances']} "
+         "training utterances, accuracy (%) on every step of the validation "
+         "utterances, point [95% bootstrap interval over utterances]; Δ: "
+         "paired difference from random init, * where it excludes zero; "
+         "`_last`: the last layer alone, else the scalar mix of all layers. "
+         f"{machine_line(r['machine'])}", "",
+         "| row | " + " | ".join(f"{v} | Δ" for v in views) + " |",
+         "|---|" + "---:|---:|" * len(views)]
+  for name, row in rows.items():
+    cells = []
+    for v in views:
+      if v not in row:
+        cells += ["", ""]
+        continue
+      d = row[v]["delta"]
+      star = "*" if d and (d[1] > 0 or d[2] < 0) else ""
+      cells += [_ci(row[v]["accuracy"]),
+                f"{d[0]:+.1f} [{d[1]:+.1f}, {d[2]:+.1f}]{star}" if d else ""]
+    out.append(f"| {name} | " + " | ".join(cells) + " |")
+  return out + [""]
+
+
 _SECTIONS = {"train_step": train_step_section,
              "attention": attention_section, "depth": depth_section,
              "prune": prune_section, "quant": quant_section,
              "static_vs_gensim": static_section,
              "knowledge_probe": knowledge_probe_section,
-             "pals": pals_section}
+             "pals": pals_section, "grover": grover_section,
+             "speech": speech_section}
 
 
 def section(records: list[dict]) -> str:

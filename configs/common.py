@@ -71,7 +71,8 @@ def finish(c: ml_collections.ConfigDict, arg: str | None
   `model_args.FIELD=value` sets a field of the model family's Config
   (e.g. `size=large,model_args.scan_layers=true`), typed as its default;
   `objective_args.FIELD=value` one the config file set
-  (`objective_args.teacher=workdirs/bert`).
+  (`objective_args.teacher=workdirs/bert`); `BLOCK.KEY=value` a key of a
+  block (`optimizer.lr=1e-3`, `data.source=speech`).
   """
   args = parse_arg(arg)
   size = args.pop("size", None)
@@ -91,6 +92,13 @@ def finish(c: ml_collections.ConfigDict, arg: str | None
                          f"objective_args.{field}; it sets "
                          f"{sorted(c.objective_args)}")
       c.objective_args[field] = typed(key, c.objective_args[field], value)
+      continue
+    block, dot, field = key.partition(".")
+    if dot and isinstance(c.get(block), ml_collections.ConfigDict):
+      if field not in c[block]:
+        raise ValueError(f"config argument {key!r}: {block} has no key "
+                         f"{field!r}; keys: {sorted(c[block])}")
+      c[block][field] = typed(key, c[block][field], value)
       continue
     if key not in c:
       raise ValueError(f"config argument {key!r} is not a config key")

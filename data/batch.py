@@ -25,6 +25,15 @@ are concatenated with EOS, T5-style), with the keys `KEYS`:
 `OPTIONAL` keys may be missing from a hand-made batch: `with_defaults`
 fills them (no phrases; every (row, doc_ids) a document of its own; no
 entities; no fields).
+
+A speech batch (`data.source = "speech"`, the masked acoustic model's) has
+the keys `SPEECH_KEYS` instead, one utterance per row, L frames of 10 ms:
+- `features`: float32 `[B, L, M]` log-mel frames (`data.audio`),
+  normalised per bin; 0 on padding.
+- `doc_ids`: int32 `[B, L]`, 1 on the utterance's frames, 0 on padding.
+- `phone_ids`: int32 `[B, L]`, each frame's phone class + 1 (from the
+  synthesiser's alignment; read by probes, never by pre-training).
+- `voice_ids`: int32 `[B, L]`, the utterance's voice + 1 on its frames.
 """
 
 import zlib
@@ -36,6 +45,7 @@ KEYS = ("tokens", "doc_ids", "sentence_ids", "word_ids", "phrase_ids",
         "doc_keys", "entity_ids", "field_ids")
 OPTIONAL = ("phrase_ids", "doc_keys", "entity_ids", "field_ids")
 _COUNTED = ("doc_ids", "sentence_ids", "word_ids")  # 1, 2, ... per row
+SPEECH_KEYS = ("features", "doc_ids", "phone_ids", "voice_ids")
 
 
 def doc_key(text: str) -> int:
@@ -62,6 +72,14 @@ def with_defaults(batch: dict, xp=np) -> dict:
   if "doc_keys" not in out:
     row = xp.arange(doc.shape[0], dtype=doc.dtype)[:, None]
     out["doc_keys"] = xp.where(doc > 0, row * (doc.shape[1] + 1) + doc, 0)
+  return out
+
+
+def speech_example(seq_len: int, rows: int, n_mels: int
+                   ) -> dict[str, np.ndarray]:
+  """A speech batch of `rows` full utterances of silence, for shapes."""
+  out = {k: np.ones((rows, seq_len), np.int32) for k in SPEECH_KEYS[1:]}
+  out["features"] = np.zeros((rows, seq_len, n_mels), np.float32)
   return out
 
 

@@ -23,7 +23,9 @@ def default_config() -> ml_collections.ConfigDict:
   # sentence pairs of `data.parallel`, one pair per document, built on
   # first use; `path` moves its folder), "articles" (the BBC articles of
   # `data.articles` as fields with `field_ids`, built on first use),
-  # "tfds" (an array_record TFDS
+  # "speech" (the sample's sentences spoken by espeak-ng, as log-mel frames,
+  # `data.speech`: speech batches, built on first use; `path` moves its
+  # folder), "tfds" (an array_record TFDS
   # dataset `tfds_name` under `data_dir`) or "synthetic" (random rows).
   c.source = "sample"
   # C4 shards: a folder of `c4-<split>.NNNNN-of-NNNNN.json.gz` files or a glob

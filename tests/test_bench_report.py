@@ -216,3 +216,48 @@ def test_pals_record_counts_params_and_averages_scores():
           "70.0 [65.0, 75.0] |") in body
   assert "| pals | 0.2k | 0.01M | 40.0 [40.0, 40.0] |" in body
   assert "mean over 2 seeds" in body and "10 steps of 16 rows x 32" in body
+
+
+def _grover_record(random=True):
+  ci = lambda a, b, c: [a, b, c]
+  disc = {"train": 150, "test": 152, "chance": 50.0,
+          "trained": {"accuracy": ci(91.4, 86.8, 95.4)}}
+  if random:
+    disc["random"] = {"accuracy": ci(70.0, 62.5, 77.0)}
+    disc["delta"] = ci(21.4, 13.2, 29.6)
+  opening = {"articles": 305, "pieces": 9760.0,
+             "ppl_with": ci(300.0, 280.0, 320.0),
+             "ppl_without": ci(330.0, 310.0, 350.0),
+             "nll_diff": ci(0.095, 0.07, 0.12),
+             "ppl_ratio": ci(1.1, 1.073, 1.127)}
+  return {"bench": "grover", "machine": MACHINE, "top_k": 0, "top_p": 0.9,
+          "disc_steps": 200, "gen_pieces": 97.4, "opening": 32,
+          "perplexity_opening": opening,
+          "seconds": {"total": 1500, "pretrain": 700},
+          "run": {"layers": 4, "width": 128, "params": 1.85e6,
+                  "steps": 1500, "batch": 8, "seq_len": 256},
+          "perplexity": {"articles": 305, "pieces": 65000.0,
+                         "ppl_with": ci(180.2, 170.1, 190.5),
+                         "ppl_without": ci(190.4, 180.2, 201.0),
+                         "nll_diff": ci(0.055, 0.041, 0.069),
+                         "ppl_ratio": ci(1.057, 1.042, 1.071)},
+          "discriminator": disc}
+
+
+def test_grover_record_renders_perplexities_and_the_discriminator(tmp_path):
+  body = report.section([_grover_record()])
+  assert ("| body perplexity (window), after topic + headline | "
+          "180.2 [170.1, 190.5] |") in body
+  assert ("| alone - with (window), nats per piece | "
+          "+0.055 [+0.041, +0.069] |") in body
+  assert "| perplexity ratio alone / with (opening) | 1.100 [1.073, 1.127] |"\
+      in body
+  assert "each body's first 32" in body and "25 min (pre-training 12 min)"\
+      in body
+  assert "| pre-trained - random, points | +21.4 [+13.2, +29.6] |" in body
+  assert "| chance, % | 50.0 |" in body and "top-p 0.9" in body
+  assert "random-init" not in report.section([_grover_record(False)])
+  # The bench's --out file (one JSON object) reads as its BENCH_JSON line.
+  path = tmp_path / "results.json"
+  path.write_text(json.dumps(_grover_record(), indent=1))
+  assert report.read_records([path]) == [_grover_record()]

@@ -53,3 +53,12 @@ def test_model_args_take_the_type_of_the_family_field():
     _config("model_args.scan_layers=maybe")
   with pytest.raises(ValueError, match="not a field of bert's Config"):
     _config("model_args.no_such_field=1")
+
+
+def test_block_keys_take_their_type_and_unknown_ones_are_named():
+  c = _config("optimizer.lr=1e-3,optimizer.warmup_steps=70,data.source=speech")
+  assert c.optimizer.lr == 1e-3 and c.optimizer.warmup_steps == 70
+  assert isinstance(c.optimizer.warmup_steps, int)
+  assert c.data.source == "speech"
+  with pytest.raises(ValueError, match="optimizer has no key 'lrr'"):
+    _config("optimizer.lrr=1")

@@ -113,3 +113,27 @@ def test_prompt_layout_starts_positions_at_first_real_id():
   seg, pos = generate.prompt_layout(prompt, 0, 6)
   assert seg.tolist() == [[0, 0, 1, 1, 1, 1], [1] * 6]
   assert pos.tolist() == [[0, 0, 0, 1, 2, 3], [0, 1, 2, 3, 4, 5]]
+
+
+def test_filter_logits_keeps_the_top_k_then_the_nucleus():
+  logits = jnp.log(jnp.array([[0.5, 0.1, 0.3, 0.1]]))
+  kept = lambda **kw: np.isfinite(np.asarray(
+      generate.filter_logits(logits, **kw)))[0].tolist()
+  assert kept() == [True] * 4
+  assert kept(top_k=2) == [True, False, True, False]
+  assert kept(top_p=0.5) == [True, False, False, False]  # 0.5 reaches it
+  assert kept(top_p=0.7) == [True, False, True, False]
+  assert kept(top_k=1, top_p=0.99) == [True, False, False, False]
+
+
+def test_sampling_at_top_k_1_is_greedy_and_a_key_repeats(nets):
+  _, config, params = nets["gpt2"]
+  left = np.array([[0, 8, 9, 5], [30, 31, 32, 5]], np.int32)
+  kw = dict(family="gpt2", config=config, max_len=G, eos_id=-1)
+  greedy = generate.greedy_decoder(params, left, **kw)
+  one = generate.sample_decoder(params, left, jax.random.key(0), top_k=1,
+                                **kw)
+  assert one.tolist() == greedy.tolist()
+  a, b, c = (generate.sample_decoder(params, left, jax.random.key(k),
+                                     temperature=2.0, **kw) for k in (1, 1, 2))
+  assert a.tolist() == b.tolist() and a.tolist() != c.tolist()

@@ -32,8 +32,9 @@ def _scheme(family, size, **model_args):
                          model_args=model_args, **testing.corpus_options(
                              SCHEME[family], family, size,
                              SPECIALS.vocab_size, **model_args))
-  batch = testing.tiny_batch(seq_len=32, batch_size=2)
-  batch["tokens"] = jnp.minimum(batch["tokens"], SPECIALS.last_regular)
+  batch = testing.batch_for(family, seq_len=32, batch_size=2)
+  if "tokens" in batch:
+    batch["tokens"] = jnp.minimum(batch["tokens"], SPECIALS.last_regular)
   return obj, batch
 
 

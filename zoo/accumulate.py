@@ -42,7 +42,7 @@ def grads(objective, params, batch, rng, micro: int, mesh, rules):
   """
   k_noise, k_drop, k_score = jax.random.split(rng, 3)
   inputs = objective.corrupt(common.as_batch(batch), k_noise)
-  rows = batch["tokens"].shape[0]
+  rows = batch["doc_ids"].shape[0]
   parts = _split(inputs, rows, micro, mesh, rules)
   keys = jax.vmap(lambda i: jax.random.fold_in(k_drop, i))(jnp.arange(micro))
 

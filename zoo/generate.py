@@ -1,4 +1,5 @@
-"""Greedy decoding and beam search for encoder-decoders and decoders.
+"""Greedy decoding, sampling and beam search for encoder-decoders and
+decoders.
 
 Static shapes throughout: the output buffer has a fixed length, every step
 runs the decoder over the whole buffer (causal attention makes the unwritten
@@ -28,12 +29,19 @@ def _model(family: str, config):
   return models.get(family).Model(config)
 
 
+def _argmax(logits: Array, i) -> Array:
+  """The greedy pick of [B,V] logits at step i: int [B]."""
+  del i
+  return jnp.argmax(logits, axis=-1)
+
+
 def _greedy_loop(next_logits, batch: int, length: int, eos_id: int,
-                 pad_id: int, first: Array) -> Array:
+                 pad_id: int, first: Array, pick=_argmax) -> Array:
   """Runs `next_logits(buffer, i) -> [B,V]` until eos or `length` ids.
 
   `buffer` is int32 [B,length] holding `first` at 0 and ids so far; it
-  returns the ids (pad after each row's eos).
+  returns the ids (pad after each row's eos). `pick(logits [B,V], i)`
+  chooses each row's next id (default: the argmax).
   """
   buf = jnp.full((batch, length), pad_id, jnp.int32).at[:, 0].set(first)
   done = jnp.zeros((batch,), bool)
@@ -44,7 +52,7 @@ def _greedy_loop(next_logits, batch: int, length: int, eos_id: int,
 
   def body(carry):
     i, buf, done = carry
-    nxt = jnp.argmax(next_logits(buf, i), axis=-1).astype(jnp.int32)
+    nxt = pick(next_logits(buf, i), i).astype(jnp.int32)
     nxt = jnp.where(done, pad_id, nxt)
     buf = jax.lax.dynamic_update_slice(buf, nxt[:, None], (0, i + 1))
     return i + 1, buf, done | (nxt == eos_id)
@@ -107,6 +115,26 @@ def prompt_layout(prompt: Array, pad_id: int, total: int):
   return seg, pos
 
 
+def _continue_decoder(params, prompt: Array, family: str, config,
+                      max_len: int, eos_id: int, pick) -> Array:
+  """int32 [B,G]: left-padded prompts [B,P] continued by a decoder,
+  each next id chosen by `pick(logits [B,V], i)` (`_greedy_loop`)."""
+  model = _model(family, config)
+  b, p = prompt.shape
+  seg, pos = prompt_layout(prompt, config.pad_id, p + max_len)
+
+  def next_logits(buf, i):
+    tokens = jnp.concatenate([prompt, buf[:, 1:]], axis=1)
+    logits = model.apply({"params": params}, tokens, segment_ids=seg,
+                         positions=pos)["logits"]
+    return jax.lax.dynamic_index_in_dim(logits, p - 1 + i, 1, keepdims=False)
+
+  # Slot 0 of the loop buffer stands for the prompt's last id.
+  buf = _greedy_loop(next_logits, b, max_len + 1, eos_id, config.pad_id,
+                     prompt[:, -1], pick)
+  return buf[:, 1:]
+
+
 @functools.partial(jax.jit, static_argnames=(
     "family", "config", "max_len"))
 def greedy_decoder(params, prompt: Array, *, family: str, config,
@@ -124,20 +152,56 @@ def greedy_decoder(params, prompt: Array, *, family: str, config,
   Returns:
     int32 [B,G]: the generated ids.
   """
-  model = _model(family, config)
-  b, p = prompt.shape
-  seg, pos = prompt_layout(prompt, config.pad_id, p + max_len)
+  return _continue_decoder(params, prompt, family, config, max_len, eos_id,
+                           _argmax)
 
-  def next_logits(buf, i):
-    tokens = jnp.concatenate([prompt, buf[:, 1:]], axis=1)
-    logits = model.apply({"params": params}, tokens, segment_ids=seg,
-                         positions=pos)["logits"]
-    return jax.lax.dynamic_index_in_dim(logits, p - 1 + i, 1, keepdims=False)
 
-  # Slot 0 of the loop buffer stands for the prompt's last id.
-  buf = _greedy_loop(next_logits, b, max_len + 1, eos_id, config.pad_id,
-                     prompt[:, -1])
-  return buf[:, 1:]
+def filter_logits(logits: Array, top_k: int = 0, top_p: float = 1.0
+                  ) -> Array:
+  """[B,V] float32 logits with every id outside the sampling set at -inf.
+
+  The set is the `top_k` most likely ids (0: all), then of those the
+  smallest most-likely-first prefix whose probability reaches `top_p`
+  (nucleus sampling, Holtzman et al. 2020; 1.0: all); the most likely id
+  always stays.
+  """
+  logits = logits.astype(jnp.float32)
+  if top_k:
+    kth = jax.lax.top_k(logits, top_k)[0][:, -1:]
+    logits = jnp.where(logits < kth, -jnp.inf, logits)
+  if top_p < 1.0:
+    desc = -jnp.sort(-logits, axis=-1)
+    probs = jax.nn.softmax(desc, axis=-1)
+    before = jnp.cumsum(probs, axis=-1) - probs  # mass of the likelier ids
+    cut = jnp.min(jnp.where(before < top_p, desc, jnp.inf), axis=-1,
+                  keepdims=True)
+    logits = jnp.where(logits < cut, -jnp.inf, logits)
+  return logits
+
+
+@functools.partial(jax.jit, static_argnames=(
+    "family", "config", "max_len", "top_k", "top_p"))
+def sample_decoder(params, prompt: Array, rng, *, family: str, config,
+                   max_len: int, eos_id: int, top_k: int = 0,
+                   top_p: float = 1.0, temperature: float = 1.0) -> Array:
+  """Sampled continuation of left-padded prompts by a decoder.
+
+  Args:
+    params, prompt, family, config, max_len, eos_id: as `greedy_decoder`.
+    rng: a jax key; step i samples with `fold_in(rng, i)`, so a key and a
+      prompt batch give the same ids every time.
+    top_k, top_p: the sampling set (`filter_logits`; static).
+    temperature: logits are divided by it before filtering.
+
+  Returns:
+    int32 [B,G]: the sampled ids.
+  """
+  def pick(logits, i):
+    kept = filter_logits(logits / temperature, top_k, top_p)
+    return jax.random.categorical(jax.random.fold_in(rng, i), kept, axis=-1)
+
+  return _continue_decoder(params, prompt, family, config, max_len, eos_id,
+                           pick)
 
 
 def _beam_step(scores, ids, done, logp, i, eos_id, pad_id):

@@ -43,6 +43,7 @@ DEFAULT_RULES = (
     ("char_vocab", None),
     ("adapter", None),
     ("pal", None),
+    ("frames", None),  # stacked speech frames' width (Mockingjay's R * M)
     ("classes", None),
     ("entities", None),  # a knowledge base's entity table (ERNIE's)
     ("entity", None),  # entity vectors' width, replicated

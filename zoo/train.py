@@ -47,7 +47,7 @@ class _Evaluator:
   def __init__(self, config, setup, eval_step, loader):
     self.setup, self.step, self.loader = setup, eval_step, loader
     self.rows = int(config.batch_size)
-    self.seq_len = int(config.seq_len)
+    self.seq_len, self.data = int(config.seq_len), config.data
     self.start = loader.get_state()
 
   def __call__(self, params, batches: int) -> dict[str, float]:
@@ -64,7 +64,7 @@ class _Evaluator:
       if not any(distributed.allgather_json(local is not None)):
         break  # a split shorter than `batches` batches
       if local is None:
-        local = lib.example_batch(self.seq_len, local_rows)
+        local = lib.example_batch(self.seq_len, local_rows, self.data)
         local = {k: np.zeros_like(v) for k, v in local.items()}
       batch = lib.global_batch(local, self.setup.batch_sharding, self.rows)
       metrics, carry = self.step(params, batch, index, carry)

@@ -65,9 +65,10 @@ def build_loader(config, split: str, batch_size: int, seed: int,
   # of start-up that synthetic runs do without.
   import data  # pylint: disable=import-outside-toplevel
   if jax.process_count() > 1 and not config.data.tokenizer:
-    # The embedded sample and its tokenizer are built once, by process 0,
-    # while the others wait: never one build per host on a shared disk.
-    distributed.main_first(lambda: data.load_tokenizer(config.data),
+    # The embedded sample and its tokenizer (or the speech sample) are
+    # built once, by process 0, while the others wait: never one build per
+    # host on a shared disk.
+    distributed.main_first(lambda: _build_sample(config.data),
                            f"data_ready_{split}")
   return data.pretrain_loader(config.data, split=split, **kwargs)
 
@@ -192,8 +193,23 @@ def _corpus_options(config, options: dict, tokenizer) -> dict:
   return out
 
 
-def example_batch(seq_len: int, rows: int = 1) -> dict[str, np.ndarray]:
-  """A `[rows, T]` int32 batch of the contract's keys, for shape tracing."""
+def _build_sample(data_cfg) -> None:
+  """Builds what the data config reads of the embedded samples."""
+  import data  # pylint: disable=import-outside-toplevel
+  if data_cfg.source == "speech":
+    from data import speech  # pylint: disable=import-outside-toplevel
+    speech.build(data_cfg.path or None)
+  else:
+    data.load_tokenizer(data_cfg)
+
+
+def example_batch(seq_len: int, rows: int = 1, data_cfg=None
+                  ) -> dict[str, np.ndarray]:
+  """A `[rows, T]` int32 batch of the contract's keys, for shape tracing
+  (a speech batch where `data_cfg.source` is "speech")."""
+  if data_cfg is not None and data_cfg.source == "speech":
+    from data import audio  # pylint: disable=import-outside-toplevel
+    return batch_lib.speech_example(seq_len, rows, audio.Features().n_mels)
   batch = {k: np.zeros((rows, seq_len), np.int32) for k in batch_lib.KEYS}
   batch["tokens"][:] = 7
   for key in ("doc_ids", "sentence_ids", "word_ids", "doc_keys"):
@@ -220,7 +236,7 @@ def setup_state(objective, tx, config, mesh) -> Setup:
   the real init runs under `jax.jit(out_shardings=...)`.
   """
   rules = sharding.check_rules(config.rules)
-  example = example_batch(int(config.seq_len))
+  example = example_batch(int(config.seq_len), data_cfg=config.data)
   tx = optim.freeze(tx, objective.frozen)
 
   def init_boxed(rng):
@@ -262,12 +278,15 @@ def warm_start(objective, state, setup: Setup):
 
 def global_batch(local: dict[str, np.ndarray], batch_sharding,
                  global_rows: int) -> dict[str, jax.Array]:
-  """Global `[B, T]` arrays from every process's `[B/processes, T]` share."""
+  """Global `[B, T, ...]` arrays from every process's `[B/processes, T, ...]`
+  share (float32 frames stay float32, ids become int32)."""
   out = {}
   for key, value in local.items():
     shape = (global_rows,) + tuple(value.shape[1:])
+    value = np.asarray(value)
+    dtype = np.float32 if np.issubdtype(value.dtype, np.floating) else np.int32
     out[key] = jax.make_array_from_process_local_data(
-        batch_sharding, np.asarray(value, np.int32), shape)
+        batch_sharding, value.astype(dtype, copy=False), shape)
   return out
 
 

@@ -23,7 +23,7 @@ PREFERRED = {
     "bilm": "elmo", "unilm": "unilm", "mass": "bart", "bart": "bart",
     "electra": "electra", "plm": "xlnet", "awd_lm": "awd_lstm",
     "skipgram": "word2vec", "skip_thought": "skip_thought", "cove_mt": "cove",
-    "cbow": "word2vec", "ernie": "ernie", "grover": "gpt2",
+    "cbow": "word2vec", "ernie": "ernie", "grover": "gpt2", "mam": "mockingjay",
 }
 FALLBACK = ("bert", "gpt2", "t5", "bart", "electra", "elmo", "unilm",
             "albert")
@@ -41,6 +41,11 @@ FAMILY_SCHEME.update(t5="t5_span", roberta="mlm", distilbert="mlm",
 # Schemes that learn from a trained teacher (`objectives.distill`): they
 # run in `configs/compare/compress.py`, beside the teacher they shrink.
 TEACHER_SCHEMES = ("distil", "tinybert")
+# Schemes of another modality, judged by their own views: the masked
+# acoustic model reads speech (`data.speech`) and is probed on phones and
+# voices (`zoo.harness.speech_probe`, `bench/speech_probe.py`); none of
+# the grid's text views applies to it.
+SPEECH_SCHEMES = ("mam",)
 # Schemes that pre-train on other data than the grid's rows, and where
 # their rows read it: CoVe translates the parallel sample (`data.parallel`;
 # the same tokenizer, so the views read it like any row); ERNIE reads the
@@ -93,7 +98,8 @@ def get_config(arg: str | None = None):
   only, rest = demo.split_only(arg)
   aliases = objectives.aliases()  # e.g. "t5" is t5_span: one cell
   cells = [(name, name, family_of(name), "") for name in objectives.names()
-           if name not in aliases and name not in TEACHER_SCHEMES]
+           if name not in aliases
+           and name not in TEACHER_SCHEMES + SPEECH_SCHEMES]
   g = demo.grid(cells, **demo.parse(rest))
   g.cells = [dict(c, data=dict(OTHER_DATA_SCHEMES[c["objective"]]))
              if c["objective"] in OTHER_DATA_SCHEMES else c for c in g.cells]

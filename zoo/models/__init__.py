@@ -11,7 +11,8 @@ Every family lives in one file, `zoo/models/<family>.py`, with the same face:
   a dict of named outputs (`hidden`, `layers`, `logits`, ...). Params carry
   logical axis names (`vocab`, `embed`, `heads`, `kv`, `mlp`, `layers`, ...)
   through `nn.with_logical_partitioning`.
-- `INTERFACE`: one of `"encoder"`, `"decoder"`, `"encdec"`, `"lstm"`.
+- `INTERFACE`: one of `"encoder"`, `"decoder"`, `"encdec"`, `"lstm"`,
+  `"acoustic"` (frames in, frames out: Mockingjay).
 
 `get(family)` returns that module; `make(family, size, **overrides)` returns
 `(config, module_instance)`.
@@ -44,6 +45,7 @@ FAMILIES = {
     "ernie": "zoo.models.ernie",
     "word2vec": "zoo.models.static",
     "fasttext": "zoo.models.static",
+    "mockingjay": "zoo.models.mockingjay",
 }
 
 

@@ -1,0 +1,118 @@
+"""The masked acoustic model against random init and the log-mel input.
+
+    python bench/speech_probe.py [--workdir workdirs/mockingjay]
+        [--config_arg "steps=1500,..."] [--train_utterances 400]
+
+Pre-trains Mockingjay (`configs/mockingjay_mam.py`, by default the paper's
+3 layers at width 256 for 1,500 steps of 16 utterances x 3.84 s) unless
+`--workdir` holds a finished run, then reads three rows with the speech
+views (`zoo.harness.speech_probe`: frame-level phone and voice probes):
+
+- pre-trained: the run's encoder, frozen;
+- random init: the same architecture with fresh params (`--seed`);
+- log-mel: the stacked input frames themselves.
+
+Each encoder row is read from the scalar mix of its layers (as the text
+probe reads every row) and from its last layer alone. Prints each view's
+accuracy [95% interval over validation utterances] and the paired
+difference from random init, then a BENCH_JSON record for
+`bench/report.py --block speech`.
+"""
+
+import argparse
+import importlib
+import json
+import os
+import pathlib
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import jax  # pylint: disable=wrong-import-position
+import numpy as np  # pylint: disable=wrong-import-position
+
+import zoo  # pylint: disable=wrong-import-position
+import _common  # pylint: disable=wrong-import-position,g-bad-import-order
+from zoo import loading  # pylint: disable=wrong-import-position
+from zoo.harness import speech_probe  # pylint: disable=wrong-import-position
+from zoo.harness import statistics  # pylint: disable=wrong-import-position
+
+CONFIG = "configs.mockingjay_mam"
+DEFAULT_ARG = ("steps=1500,model_args.embed_dim=256,model_args.num_heads=4,"
+               "model_args.mlp_dim=1024,checkpoint_every=500,eval_every=500")
+
+
+def pretrain(workdir: str, arg: str) -> float:
+  """Trains the config into `workdir` unless done; the seconds it took."""
+  from zoo import train as train_lib  # pylint: disable=import-outside-toplevel
+  config = importlib.import_module(CONFIG).get_config(arg)
+  if os.path.isdir(os.path.join(workdir, "checkpoints")):
+    done = loading.restore_params(workdir)[1]
+    if done >= int(config.steps):
+      return 0.0
+  start = time.perf_counter()
+  train_lib.train(config, workdir)
+  return time.perf_counter() - start
+
+
+def random_row(loaded, seed: int):
+  """`loaded`'s architecture with fresh params."""
+  model = loaded.model
+  x = np.zeros((1, 3 * loaded.config.downsample, loaded.config.num_mels),
+               np.float32)
+  params = jax.jit(model.init)(jax.random.key(seed), x)["params"]
+  params = jax.tree.map(lambda a: getattr(a, "value", a), params,
+                        is_leaf=lambda a: hasattr(a, "value"))
+  return loading.Loaded(loaded.family, loaded.config, params, None, 0,
+                        "random init")
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--workdir", default="workdirs/mockingjay")
+  parser.add_argument("--config_arg", default=DEFAULT_ARG)
+  parser.add_argument("--train_utterances", type=int, default=400)
+  parser.add_argument("--seed", type=int, default=1)
+  a = parser.parse_args(argv)
+  seconds = pretrain(a.workdir, a.config_arg)
+  trained = zoo.load(a.workdir)
+  rows = {"pre-trained": trained, "random init": random_row(trained, a.seed),
+          "log-mel input": None}
+  views = {}
+  for name, loaded in rows.items():
+    start = time.perf_counter()
+    views[name] = speech_probe.run(
+        loaded, a.train_utterances,
+        layers=("mix",) if loaded is None else ("mix", "last"))
+    print(f"{name}: read in {time.perf_counter() - start:.0f} s", flush=True)
+  record = {"config": f"{CONFIG}:{a.config_arg}",
+            "pretrain_seconds": round(seconds, 1),
+            "steps": trained.step, "train_utterances": a.train_utterances,
+            "final_loss": _final_loss(a.workdir), "rows": {},
+            "machine": _common.machine()}
+  base = views["random init"]
+  for name, v in views.items():
+    record["rows"][name] = {
+        view: {"accuracy": v[view]["interval"].to_json(),
+               "delta": (None if name == "random init" else
+                         statistics.paired(
+                             v[view]["accuracy"],
+                             base[view]["accuracy"]).to_json()),
+               "classes": v[view]["classes"]} for view in v}
+  for name, r in record["rows"].items():
+    print(name, {k: v["accuracy"] for k, v in r.items()})
+  _common.emit_json("speech", record)
+
+
+def _final_loss(workdir: str) -> float | None:
+  """The last training loss logged in the workdir."""
+  path = pathlib.Path(workdir) / "metrics.jsonl"
+  lines = [json.loads(x) for x in path.read_text().splitlines() if x]
+  train = [x for x in lines if x.get("split", "train") == "train"
+           and "loss" in x]
+  return round(train[-1]["loss"], 4) if train else None
+
+
+if __name__ == "__main__":
+  main()
