@@ -261,3 +261,21 @@ def test_grover_record_renders_perplexities_and_the_discriminator(tmp_path):
   path = tmp_path / "results.json"
   path.write_text(json.dumps(_grover_record(), indent=1))
   assert report.read_records([path]) == [_grover_record()]
+
+
+def test_speech_section_lists_every_row_and_view():
+  iv = lambda x: [x, x - 1.0, x + 1.0]
+  row = lambda x, d: {"accuracy": iv(x), "delta": d, "classes": 8}
+  record = {"bench": "speech", "config": "configs.mockingjay_mam:steps=5",
+            "steps": 5, "pretrain_seconds": 12.0, "final_loss": 0.7,
+            "train_utterances": 40, "machine": {},
+            "rows": {"pre-trained": {"phone": row(60.0, [2.0, 1.0, 3.0]),
+                                     "voice": row(90.0, [-1.0, -2.0, 1.0])},
+                     "random init": {"phone": row(58.0, None),
+                                     "voice": row(91.0, None)},
+                     "log-mel input": {"phone": row(64.0, [6.0, 5.0, 7.0])}}}
+  text = report.section([record])
+  assert "| pre-trained | 60.0 [59.0, 61.0] | +2.0 [+1.0, +3.0]* | " in text
+  assert "90.0 [89.0, 91.0] | -1.0 [-2.0, +1.0] |" in text
+  assert ("| log-mel input | 64.0 [63.0, 65.0] | +6.0 [+5.0, +7.0]* |  |  |"
+          in text)

@@ -61,3 +61,22 @@ def test_bad_frames_are_named():
   small = models.make("mockingjay", "tiny", max_len=8)[1]
   with pytest.raises(ValueError, match="exceed max_len 8"):
     jax.eval_shape(small.init, jax.random.key(0), _frames())
+
+
+def test_positions_are_fixed_codes_or_a_learned_table():
+  x = _frames(b=1)
+  _, fixed = models.make("mockingjay", "tiny", dropout_rate=0.0)
+  params = mc.init(fixed, x)["params"]
+  assert "position" not in params  # the paper's fixed sinusoids
+  _, learned = models.make("mockingjay", "tiny", positions="learned")
+  assert "position" in mc.init(learned, x)["params"]
+  _, bad = models.make("mockingjay", "tiny", positions="rotary")
+  with pytest.raises(ValueError, match="positions 'rotary'"):
+    jax.eval_shape(bad.init, jax.random.key(0), x)
+  # Attention alone is blind to order: rolling the steps by one would
+  # roll the states. The position codes make it differ.
+  h = jax.jit(lambda v, x: fixed.apply(v, x)["hidden"])
+  variables = mc.init(fixed, x)
+  rolled = h(variables, jnp.roll(x, 3, axis=1))  # one step of 3 frames
+  assert np.abs(np.asarray(rolled - jnp.roll(h(variables, x), 1, axis=1))
+                ).max() > 1e-3
