@@ -39,8 +39,7 @@ def test_two_microbatches_equal_one_big_batch(name):
     obj = testing.build(name, "bert", teacher=_teacher())
   else:
     obj = testing.build(name, family.family_of(name))
-  batch = testing.batch_for(family.family_of(name), seq_len=32,
-                            batch_size=8)
+  batch = testing.batch_for(obj.family, seq_len=32, batch_size=8)
   params = obj.init(jax.random.key(0), batch)
   rng = jax.random.key(3)
 
