@@ -338,8 +338,10 @@ def speech_section(r: dict) -> list[str]:
   """Markdown lines for one `speech` record."""
   rows = r["rows"]
   views = list(rows["pre-trained"])
+  took = (f"in {r['pretrain_seconds']:.0f} s" if r["pretrain_seconds"]
+          is not None else "(trained before the probes' run)")
   out = [f"Mockingjay pre-trained by `mam` ({r['config']}): {r['steps']} "
-         f"steps in {r['pretrain_seconds']:.0f} s, final training L1 "
+         f"steps {took}, final training L1 "
          f"{r['final_loss']}. Frame-level linear probes (`zoo.harness."
          f"speech_probe`) fitted on the steps of {r['train_utterances']} "
          "training utterances, accuracy (%) on every step of the validation "

@@ -47,14 +47,15 @@ DEFAULT_ARG = ("steps=2000,model_args.embed_dim=128,model_args.num_heads=4,"
                "eval_every=500")
 
 
-def pretrain(workdir: str, arg: str) -> float:
-  """Trains the config into `workdir` unless done; the seconds it took."""
+def pretrain(workdir: str, arg: str) -> float | None:
+  """Trains the config into `workdir` unless done; the seconds it took
+  (None: trained before)."""
   from zoo import train as train_lib  # pylint: disable=import-outside-toplevel
   config = importlib.import_module(CONFIG).get_config(arg)
   if os.path.isdir(os.path.join(workdir, "checkpoints")):
     done = loading.restore_params(workdir)[1]
     if done >= int(config.steps):
-      return 0.0
+      return None
   start = time.perf_counter()
   train_lib.train(config, workdir)
   return time.perf_counter() - start
@@ -91,7 +92,7 @@ def main(argv=None) -> None:
         layers=("mix",) if loaded is None else ("mix", "last"))
     print(f"{name}: read in {time.perf_counter() - start:.0f} s", flush=True)
   record = {"config": f"{CONFIG}:{a.config_arg}",
-            "pretrain_seconds": round(seconds, 1),
+            "pretrain_seconds": None if seconds is None else round(seconds, 1),
             "steps": trained.step, "train_utterances": a.train_utterances,
             "final_loss": _final_loss(a.workdir), "rows": {},
             "machine": _common.machine()}

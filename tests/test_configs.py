@@ -1,4 +1,5 @@
-"""Every training config trains through the one trainer on the sample.
+"""Every training config trains through the one trainer on the sample
+(a speech config on the small speech sample of `conftest.speech_dir`).
 
 Every config builds its objective and traces a gradient step
 (`jax.eval_shape`: every shape and option check, no compile). One config
@@ -47,9 +48,12 @@ def _real_runs(names) -> list[str]:
 REAL = _real_runs(CONFIGS)
 
 
-def _one_step_config(name: str):
+def _one_step_config(name: str, request=None):
   config = importlib.import_module(f"configs.{name}").get_config("tiny")
-  config.data.source = "sample"
+  if config.data.source == "speech":
+    config.data.path = str(request.getfixturevalue("speech_dir"))
+  else:
+    config.data.source = "sample"
   config.steps = 1
   config.batch_size = 8
   config.seq_len = 32
@@ -85,11 +89,12 @@ def teacher_workdir(tmp_path_factory):
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_config_traces_a_gradient_step(name, request):
-  config = _one_step_config(name)
+  config = _one_step_config(name, request)
   if "teacher" in config.objective_args:
     config.objective_args.teacher = request.getfixturevalue("teacher_workdir")
   obj = train_lib.build_objective(config, train_lib.specials_of(config, None))
-  batch = train_lib.example_batch(int(config.seq_len), int(config.batch_size))
+  batch = train_lib.example_batch(int(config.seq_len), int(config.batch_size),
+                                  config.data)
   params = jax.eval_shape(obj.init, jax.random.key(0), batch)
   (loss, metrics), grads = jax.eval_shape(
       jax.value_and_grad(obj.loss, has_aux=True), params, batch,
@@ -109,7 +114,7 @@ def test_every_model_family_runs_for_real():
 @pytest.mark.parametrize("name", REAL)
 def test_config_trains_one_sharded_step_on_the_sample(name, tmp_path,
                                                       request):
-  config = _one_step_config(name)
+  config = _one_step_config(name, request)
   if "teacher" in config.objective_args:
     config.objective_args.teacher = request.getfixturevalue("teacher_workdir")
   out = train_mod.train(config, str(tmp_path))
