@@ -43,7 +43,7 @@ FAMILY_SCHEME.update(t5="t5_span", roberta="mlm", distilbert="mlm",
 TEACHER_SCHEMES = ("distil", "tinybert")
 # Schemes of another modality, judged by their own views: the masked
 # acoustic model reads speech (`data.speech`) and is probed on phones and
-# voices (`zoo.harness.speech_probe`, `bench/speech_probe.py`); none of
+# voices (`zoo.harness.speech_probe`, `bench/speech.py`); none of
 # the grid's text views applies to it.
 SPEECH_SCHEMES = ("mam",)
 # Schemes that pre-train on other data than the grid's rows, and where

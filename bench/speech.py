@@ -1,7 +1,8 @@
 """The masked acoustic model against random init and the log-mel input.
 
-    python bench/speech_probe.py [--workdir workdirs/mockingjay]
-        [--config_arg "steps=1500,..."] [--train_utterances 400]
+    python bench/speech.py [--workdir workdirs/mockingjay]
+        [--config_arg "steps=2000,..."] [--train_utterances 400]
+    python bench/speech.py --baselines   # two fillers of a masked span
 
 Pre-trains Mockingjay (`configs/mockingjay_mam.py`, by default the paper's
 3 layers at width 128 for 2,000 steps of 16 utterances x 3.84 s) unless
@@ -73,13 +74,44 @@ def random_row(loaded, seed: int):
                         "random init")
 
 
+def span_baselines(spans=(1, 3, 7), per_utterance: int = 5,
+                   seed: int = 0) -> dict[int, dict[str, float]]:
+  """L1 (as `mam` scores it) of two fillers of a span of masked steps on
+  the validation utterances: the utterance's mean step, and the straight
+  line between the span's two neighbours. Spans drawn uniformly,
+  `per_utterance` each; R as Mockingjay's default."""
+  from data import speech  # pylint: disable=import-outside-toplevel
+  split, r = speech.Split("validation"), speech_probe.speech_downsample()
+  rng, out = np.random.default_rng(seed), {}
+  for span in spans:
+    errs = {"utterance mean": [], "interpolation": []}
+    for u in range(len(split)):
+      frames = split.utterance(u)[0]
+      n = len(frames) // r
+      steps = frames[:n * r].reshape(n, -1)
+      for a in rng.integers(1, n - span - 1, per_utterance):
+        target, w = steps[a:a + span], np.arange(1, span + 1)[:, None]
+        line = steps[a - 1] + (steps[a + span] - steps[a - 1]) * w / (
+            span + 1)
+        errs["utterance mean"].append(np.abs(target - steps.mean(0)).mean())
+        errs["interpolation"].append(np.abs(target - line).mean())
+    out[span] = {k: round(float(np.mean(v)), 3) for k, v in errs.items()}
+  return out
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--workdir", default="workdirs/mockingjay")
   parser.add_argument("--config_arg", default=DEFAULT_ARG)
   parser.add_argument("--train_utterances", type=int, default=400)
   parser.add_argument("--seed", type=int, default=1)
+  parser.add_argument("--baselines", action="store_true",
+                      help="only print span_baselines and exit")
   a = parser.parse_args(argv)
+  if a.baselines:
+    for span, errs in span_baselines().items():
+      print(f"span {span}: " + ", ".join(f"{k} {v}" for k, v in errs.items()))
+    return
   seconds = pretrain(a.workdir, a.config_arg)
   trained = zoo.load(a.workdir)
   rows = {"pre-trained": trained, "random init": random_row(trained, a.seed),
