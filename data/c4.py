@@ -74,10 +74,17 @@ def build_once(folder, version: str, splits: Callable[[], dict],
     write_shards(recs, tmp / "c4", split, 2 if split == "train" else 1)
   (tmp / "BUILT").write_text(json.dumps(
       {"version": version, what: {s: len(r) for s, r in records.items()}}))
+  return publish(tmp, folder)
+
+
+def publish(tmp: pathlib.Path, folder: pathlib.Path) -> pathlib.Path:
+  """Renames a finished build `tmp` into `folder` (replacing an older
+  build there); if another process got there first, its build (the
+  same) stays and `tmp` goes."""
   shutil.rmtree(folder, ignore_errors=True)
   try:
     tmp.rename(folder)
-  except OSError:  # another process finished first; its build is the same
+  except OSError:
     shutil.rmtree(tmp)
   return folder
 

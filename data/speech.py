@@ -33,6 +33,7 @@ import numpy as np
 
 from data import annotate
 from data import audio
+from data import c4
 from data import config
 from data import espeak
 
@@ -155,12 +156,7 @@ def build(folder=None, counts: dict | None = None) -> pathlib.Path:
   (tmp / "meta.json").write_text(json.dumps(meta))
   (tmp / "BUILT").write_text(json.dumps({"version": VERSION,
                                           "sentences": counts}))
-  shutil.rmtree(folder, ignore_errors=True)
-  try:
-    tmp.rename(folder)
-  except OSError:  # another process finished first; its build is the same
-    shutil.rmtree(tmp)
-  return folder
+  return c4.publish(tmp, folder)
 
 
 class Split:

@@ -13,9 +13,10 @@ import numpy as np
 
 from data import batch as batch_lib
 from data import speech
+from data import synthetic
 
 
-class SpeechLoader:
+class SpeechLoader(synthetic.StepState):
   """Iterator of this process's `[batch_size, seq_len(, M)]` speech rows.
 
   Attributes:
@@ -73,15 +74,3 @@ class SpeechLoader:
     out["phone_ids"][:n] = phones[start:start + n] + 1
     out["voice_ids"][:n] = self.split.voices[u] + 1
     return out
-
-  def get_state(self) -> dict:
-    """JSON state: the next step to produce."""
-    return {"step": self.step}
-
-  def set_state(self, state: dict) -> None:
-    """Resumes exactly where `get_state` was taken."""
-    self.step = int(state["step"])
-
-  def restore(self, states: list[dict]) -> None:
-    """Resumes from every process's state (all hold the same step)."""
-    self.set_state(states[0])

@@ -12,7 +12,25 @@ import numpy as np
 from data import batch as batch_lib
 
 
-class SyntheticLoader:
+class StepState:
+  """The state of a loader whose rows are a function of the step alone:
+  the next step, the same on every process."""
+  step: int = 0
+
+  def get_state(self) -> dict:
+    """JSON state: the next step to produce."""
+    return {"step": self.step}
+
+  def set_state(self, state: dict) -> None:
+    """Resumes exactly where `get_state` was taken."""
+    self.step = int(state["step"])
+
+  def restore(self, states: list[dict]) -> None:
+    """Resumes from every process's state (all hold the same step)."""
+    self.set_state(states[0])
+
+
+class SyntheticLoader(StepState):
   """Iterator of `[batch_size, seq_len]` int32 dicts (per-process share).
 
   Attributes:
@@ -61,15 +79,3 @@ class SyntheticLoader:
     phrase = (out["word_ids"][:length] % 5 == 0) * out["word_ids"][:length]
     out["phrase_ids"][:length] = phrase
     return out
-
-  def get_state(self) -> dict:
-    """JSON state: the next step to produce."""
-    return {"step": self.step}
-
-  def set_state(self, state: dict) -> None:
-    """Resumes exactly where `get_state` was taken."""
-    self.step = int(state["step"])
-
-  def restore(self, states: list[dict]) -> None:
-    """Resumes from every process's state (all hold the same step)."""
-    self.set_state(states[0])
