@@ -30,6 +30,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+import flax.linen as nn  # pylint: disable=wrong-import-position
 import jax  # pylint: disable=wrong-import-position
 import numpy as np  # pylint: disable=wrong-import-position
 
@@ -68,8 +69,7 @@ def random_row(loaded, seed: int):
   x = np.zeros((1, 3 * loaded.config.downsample, loaded.config.num_mels),
                np.float32)
   params = jax.jit(model.init)(jax.random.key(seed), x)["params"]
-  params = jax.tree.map(lambda a: getattr(a, "value", a), params,
-                        is_leaf=lambda a: hasattr(a, "value"))
+  params = nn.meta.unbox(params)
   return loading.Loaded(loaded.family, loaded.config, params, None, 0,
                         "random init")
 

@@ -39,8 +39,7 @@ def corrupt_steps(rng, steps, ids, *, rate, span, zero_rate, random_rate,
   src = jax.random.randint(k_src, starts.shape, 0,
                            jnp.maximum(n - span + 1, 1)[:, None])
   pos = jnp.arange(t)
-  inside = ((pos[None, None] >= starts[..., None])
-            & (pos[None, None] < starts[..., None] + span) & live[..., None])
+  inside = noise.span_cover(starts, live, span, t)
   def per_step(values):  # [B, K] -> [B, T]: each chosen step's span value
     return jnp.einsum("bkt,bk->bt", inside.astype(values.dtype), values)
   zero = per_step((dice < zero_rate).astype(jnp.float32)) > 0

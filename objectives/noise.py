@@ -386,7 +386,12 @@ def consecutive_spans(rng, n, length, rate=0.15, span=7):
   chosen = jnp.argsort(scores, axis=-1)[:, :most]  # random distinct slots
   live = jnp.arange(most)[None] < k[:, None]
   chosen = jnp.sort(jnp.where(live, chosen, length), axis=-1)
-  starts = chosen + jnp.arange(most)[None] * (span - 1)
-  inside = ((pos[None, None] >= starts[..., None])
-            & (pos[None, None] < starts[..., None] + span) & live[..., None])
-  return starts.astype(jnp.int32), live, inside.any(axis=1)
+  starts = (chosen + jnp.arange(most)[None] * (span - 1)).astype(jnp.int32)
+  return starts, live, span_cover(starts, live, span, length).any(axis=1)
+
+
+def span_cover(starts, live, span, length):
+  """[B, K, L] bool: position t lies in live span k ([start, start+span))."""
+  pos = jnp.arange(length)[None, None]
+  return ((pos >= starts[..., None]) & (pos < starts[..., None] + span)
+          & live[..., None])

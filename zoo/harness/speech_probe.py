@@ -26,6 +26,8 @@ validation utterances: the steps of one utterance are resampled together
 Letters: U utterances, N steps, D width, R frames per step, M mel bins.
 """
 
+import functools
+
 import numpy as np
 
 from data import speech
@@ -64,20 +66,20 @@ def speech_downsample() -> int:
   return mockingjay.Config().downsample
 
 
-_APPLIED = {}
-
-
 def _apply(loaded):
-  """The jitted last-layer forward of `loaded` (cached per model)."""
+  """The jitted every-layer forward of `loaded`'s architecture."""
+  return _forward(loaded.config)
+
+
+@functools.cache
+def _forward(config):
+  """[B, T, L+1, D] of every layer, jitted once per (frozen) config."""
   import jax  # pylint: disable=import-outside-toplevel
-  key = id(loaded)
-  if key not in _APPLIED:
-    model = loaded.model
-    def layers(p, x, ids):  # [B, T, L+1, D]
-      out = model.apply({"params": p}, x, doc_ids=ids, return_logits=False)
-      return jax.numpy.stack(out["layers"], axis=2)
-    _APPLIED[key] = jax.jit(layers)
-  return _APPLIED[key]
+  model = mockingjay.Model(config)
+  def layers(p, x, ids):
+    out = model.apply({"params": p}, x, doc_ids=ids, return_logits=False)
+    return jax.numpy.stack(out["layers"], axis=2)
+  return jax.jit(layers)
 
 
 def step_table(loaded, split: speech.Split, utterances, window: int):
