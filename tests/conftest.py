@@ -3,7 +3,12 @@
 Tests run tiny models whose cost is almost all XLA compilation, so the CPU
 backend's optimisation passes are skipped (compiles ~2x faster; numerics of
 f32 ops are unchanged). Subprocesses the tests start inherit both settings.
-Compiled programs persist in `zoo.compile_cache`'s folder between runs.
+
+The test processes keep no persistent compile cache unless
+`ZOO_COMPILE_CACHE=DIR` asks for one: writing XLA:CPU executables to disk
+from a long-lived worker has crashed XLA (a segfault inside
+`executable.serialize()`), and a cold CI run gains little from it. The
+cache's own tests run it in child processes with their own folders.
 """
 
 import os
@@ -21,9 +26,16 @@ jax.config.update("jax_num_cpu_devices", 8)
 
 from zoo import compile_cache  # pylint: disable=wrong-import-position
 
-# A rerun of the suite reads its compiled programs from disk
-# (`ZOO_COMPILE_CACHE=0` turns that off).
-compile_cache.enable()
+os.environ.setdefault(compile_cache.ENV, "off")
+compile_cache.enable()  # only where ZOO_COMPILE_CACHE names a folder
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fresh_jax_caches():
+  """Each test file starts without the compiled programs of the files
+  before it: a worker's memory stays that of one file, not of the suite."""
+  yield
+  jax.clear_caches()
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ compiling them again. Every program is cached, however small or quick to
 compile: the harness's many tiny fine-tuning and scoring programs are most
 of what it compiles. The folder is not size-capped: JAX's cap rescans the
 whole folder on every write (a cold test run takes ~70% longer); the
-demo and the test suite leave a few tens of MB there. Processes may share
+demo leaves a few tens of MB there. Processes may share
 it: an entry another process is still writing reads as a miss (JAX
 compiles afresh on an unreadable entry).
 
