@@ -233,15 +233,24 @@ def _ci(v) -> str:
   return f"{v[0]:.1f} [{v[1]:.1f}, {v[2]:.1f}]"
 
 
+KNOWLEDGE_HEADS = {"mlm": "MLM: pieces", "dea": "dEA: entities",
+                   "transe": "TransE: e_h + w_r"}
+
+
 def knowledge_probe_section(r: dict) -> list[str]:
   """Markdown lines for one `knowledge_probe` record."""
   rows = r["rows"]
+  kinds = {("pieces" if x.get("head", "mlm") == "mlm" else "entities"):
+           x["candidates"] for x in rows}
+  ranked = "; ".join(f"{k} among {n}" for k, n in sorted(kinds.items(),
+                                                          reverse=True))
   out = [f"WordNet hypernym cloze, {rows[0]['facts']} held-out facts, "
-         f"answers ranked among the probe's {rows[0]['candidates']}; x 100, "
+         f"answers ranked among the probe's answers ({ranked}); x 100, "
          "point [95% bootstrap interval over facts]; Δ: paired difference "
-         f"to the same model at random init. {machine_line(r['machine'])}",
-         "", "| workdir | family | P@1 | random | Δ | MRR | random | Δ |",
-         "|---|---|---:|---:|---:|---:|---:|---:|"]
+         "to the same model at random init (TransE's: to a random "
+         f"ranking). {machine_line(r['machine'])}",
+         "", "| workdir | family | head | P@1 | random | Δ | MRR | random "
+         "| Δ |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
   for row in rows:
     cells = []
     for metric in ("p_at_1", "mrr"):
@@ -250,7 +259,8 @@ def knowledge_probe_section(r: dict) -> list[str]:
       cells += [_ci(m["trained"]), _ci(m["random"]),
                 f"{m['delta'][0]:+.1f} [{m['delta'][1]:+.1f}, "
                 f"{m['delta'][2]:+.1f}]{star}"]
-    out.append(f"| {row['workdir']} | {row['family']} | "
+    head = KNOWLEDGE_HEADS[row.get("head", "mlm")]
+    out.append(f"| {row['workdir']} | {row['family']} | {head} | "
                + " | ".join(cells) + " |")
   return out + [""]
 

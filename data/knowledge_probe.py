@@ -12,7 +12,9 @@ The subject is the hyponym's first lemma: one word that the entity linker
 its entity. The answer is the hypernym's first lemma, one piece of the
 tokenizer (a masked LM fills one piece per mask). A model answers by
 ranking the answer pieces of all the probe's facts at the mask (`rank`):
-precision at 1 and the mean reciprocal rank over facts.
+precision at 1 and the mean reciprocal rank over facts. A model that
+predicts entities (ERNIE's dEA head) ranks the answers' entities instead
+(`entity_candidates`).
 
 The sample's prose may state a fact in words; the probe asks what a model
 has of it, whichever way it came.
@@ -30,10 +32,13 @@ TEMPLATE = "{article} {subject} is a kind of <mask>."
 @dataclasses.dataclass(frozen=True)
 class Fact:
   """One cloze question: `subject` is a kind of `answer` (`answer_id`: its
-  one piece)."""
+  one piece; `subject_entity`, `answer_entity`: their entity numbers in the
+  knowledge base, -1 unknown)."""
   subject: str
   answer: str
   answer_id: int
+  subject_entity: int = -1
+  answer_entity: int = -1
 
   @property
   def text(self) -> str:
@@ -64,10 +69,18 @@ def facts(linker, tokenizer, limit: int | None = None) -> list[Fact]:
     if len(pieces) != 1 or tokenizer.decode(pieces).strip() != answer:
       continue
     seen.add(subject)
-    out.append(Fact(subject, answer, int(pieces[0])))
+    out.append(Fact(subject, answer, int(pieces[0]), h, t))
     if limit is not None and len(out) == limit:
       break
   return out
+
+
+def entity_candidates(facts: list[Fact]) -> tuple[np.ndarray, np.ndarray]:
+  """(int [C]: the probe's distinct answer entities, int [N]: each fact's
+  column among them), for ranking entities as `rank` ranks pieces."""
+  candidates, columns = np.unique([f.answer_entity for f in facts],
+                                  return_inverse=True)
+  return candidates, columns
 
 
 def rank(logits: np.ndarray, answers: np.ndarray) -> np.ndarray:

@@ -97,6 +97,12 @@ class Objective(abc.ABC):
   def backbone(self, params):
     """`(family, config, params)` of the network fine-tuning starts from."""
 
+  def heads(self, params) -> dict[str, Any]:
+    """The scheme's own trained heads beside the backbone, name -> params
+    (ERNIE's dEA head and entity table); none by default."""
+    del params
+    return {}
+
   def __call__(self, params, batch, rng, deterministic: bool = False):
     """`(loss, metrics)`: the same as `loss`."""
     return self.loss(params, batch, rng, deterministic)

@@ -59,6 +59,20 @@ def first_mentions(ids):
   return first, jnp.argmax(same, axis=-1).astype(jnp.int32)
 
 
+def dea_head(config) -> layers.Dense:
+  """dEA's projection of token states [..,D] into entity space [..,E]."""
+  return layers.Dense(config.entity_dim, ("embed", "entity"),
+                      dtype=config.dtype)
+
+
+def dea_scores(head_params, config, hidden, candidates):
+  """float32 [N,C]: dEA's logits of token states hidden [N,D] for the
+  entity vectors candidates [C,E]."""
+  queries = dea_head(config).apply({"params": head_params}, hidden)
+  return jnp.einsum("ne,ce->nc", queries.astype(jnp.float32),
+                    candidates.astype(jnp.float32))
+
+
 def dea_sums(queries, table, ids):
   """dEA's cross-entropy sums: queries [B,T,E] against the vectors of the
   row's distinct entities (table [K+1,E], ids [B,T] entity + 1)."""
@@ -86,8 +100,7 @@ class Ernie(mlm_lib.MaskedLM):
       raise ValueError(f"entity_vectors must be 'transe' or 'random'; got "
                        f"{self.options['entity_vectors']!r}")
     self.part_weights = {"mlm": 1.0, "dea": float(self.options["dea_weight"])}
-    self.dea = layers.Dense(self.config.entity_dim, ("embed", "entity"),
-                            dtype=self.config.dtype)
+    self.dea = dea_head(self.config)
 
   @property
   def num_entities(self) -> int:
@@ -125,6 +138,11 @@ class Ernie(mlm_lib.MaskedLM):
     table = jax.lax.stop_gradient(params["entities"])
     return {"mlm": mlm_lib.masked_sums(outputs["logits"], inputs),
             "dea": dea_sums(queries, table, inputs["entity_ids"])}
+
+  def heads(self, params):
+    """"dea": the dEA head's params, "entities": the [K+1,E] table."""
+    p = nn.meta.unbox(params)
+    return {"dea": p["dea"], "entities": p["entities"]}
 
   def warm_start(self, params):
     """The fresh model beside the knowledge base's TransE vectors."""

@@ -191,12 +191,15 @@ def test_knowledge_probe_record_marks_deltas_whose_interval_excludes_zero():
                     "delta": [4.0, 1.0, 7.0]},
          "mrr": {"trained": [7.3, 4.7, 10.2], "random": [3.9, 2.8, 5.2],
                  "delta": [3.4, -0.3, 6.8]}}
+  dea = dict(row, head="dea", candidates=5)
   body = report.section([{"bench": "knowledge_probe", "machine": MACHINE,
-                          "rows": [row]}])
-  assert ("| ernie | ernie | 4.5 [2.0, 7.5] | 0.5 [0.0, 1.5] | "
+                          "rows": [row, dea]}])
+  assert ("| ernie | ernie | MLM: pieces | 4.5 [2.0, 7.5] | 0.5 [0.0, 1.5] | "
           "+4.0 [+1.0, +7.0]* | 7.3 [4.7, 10.2] | 3.9 [2.8, 5.2] | "
           "+3.4 [-0.3, +6.8] |") in body
-  assert "10 held-out facts" in body and "among the probe's 7" in body
+  assert "| ernie | ernie | dEA: entities | 4.5 [2.0, 7.5] |" in body
+  assert "10 held-out facts" in body
+  assert "(pieces among 7; entities among 5)" in body
 
 
 def test_pals_record_counts_params_and_averages_scores():

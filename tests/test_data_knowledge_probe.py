@@ -24,7 +24,8 @@ def test_facts_are_held_out_pairs_with_one_piece_answers(facts, tok):
   for f in facts[:200]:
     assert (f.subject, f.answer) in pairs
     assert tok.encode(f" {f.answer}") == [f.answer_id]
-    assert linker.link([f.subject])[0] > 0
+    assert linker.link([f.subject])[0] == f.subject_entity + 1
+    assert kb.synsets[f.answer_entity].lemmas[0] == f.answer
   assert len({f.subject for f in facts}) == len(facts)
   # No training triple states a probed pair.
   kept = {(h, t) for h, r, t in kb.triples[~held].tolist() if r == hyper}
@@ -47,6 +48,15 @@ def test_rank_among_the_probe_s_answers_by_hand():
                                 [2, 2])
   np.testing.assert_array_equal(
       knowledge_probe.rank(logits, np.array([4, 2])), [1, 1])
+
+
+def test_entity_candidates_are_the_distinct_answers_by_hand():
+  facts = [knowledge_probe.Fact("a", "x", 9, 1, 40),
+           knowledge_probe.Fact("b", "y", 8, 2, 7),
+           knowledge_probe.Fact("c", "x", 9, 3, 40)]
+  candidates, columns = knowledge_probe.entity_candidates(facts)
+  np.testing.assert_array_equal(candidates, [7, 40])
+  np.testing.assert_array_equal(columns, [1, 0, 1])
 
 
 def test_pieces_link_word_by_word_and_skip_special_ones(tok):

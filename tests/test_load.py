@@ -112,6 +112,9 @@ def test_loaded_faces(workdir):
     m.generate("hello")
   with pytest.raises(ValueError, match="do not occur"):
     m.word_vector("zebra", TEXTS[0])
+  assert m.heads == {}
+  with pytest.raises(ValueError, match="no dEA head"):
+    m.entity_logits(["a dog is a kind of <mask>."], np.arange(3))
 
 
 def _corrupt(step_dir: str) -> None:
@@ -229,3 +232,41 @@ def test_a_workdir_saved_unrolled_loads_where_the_default_scans(
   assert loaded.config.scan_layers is False
   np.testing.assert_allclose(loaded.embed(["the cat"])["mean"],
                              before["mean"], atol=1e-6)
+
+
+def test_ernie_entity_logits_read_the_dea_head_as_training_does(tok):
+  from zoo import knowledge  # pylint: disable=import-outside-toplevel
+  specials = objectives.Specials(**tok.specials())
+  # Two K-layers: the mask's state reads the subject's entity (one fuses
+  # it at the subject's piece only).
+  obj = objectives.build("ernie", "ernie", "tiny", specials,
+                         model_args={"num_k_layers": 2},
+                         entity_vectors="random")
+  texts = ["a dog is a kind of <mask>.", "an apple is a kind of <mask> ."]
+  run = {"data": {"entities": "wordnet"}}
+  tokens = loading.Loaded("ernie", obj.config, None, tok, None, "-",
+                          run).batch(texts)
+  ids = knowledge.entity_ids(tok, tokens)
+  assert (ids > 0).sum(1).min() >= 1  # "dog" and "apple" are linked
+  inputs = {"inputs": jnp.asarray(tokens), "entity_in": jnp.asarray(ids),
+            "doc_ids": jnp.asarray(tokens != specials.pad, jnp.int32),
+            "logits_at": jnp.zeros((2, 1), jnp.int32)}
+  model = obj.init_model(jax.random.key(0), inputs)
+  params = nn.meta.unbox(dict(model=model, **obj.init_heads(
+      jax.random.key(2), {"model": model}, inputs)))
+  params["entities"] = params["entities"] * 30  # entities that matter
+  m = loading.Loaded("ernie", obj.config, params["model"], tok, None, "-",
+                     run, heads=obj.heads(params))
+  candidates = np.asarray([3, 11, 4000])
+  got = m.entity_logits(texts, candidates)
+  hidden = obj.run(params, inputs, jax.random.key(1), True)["hidden"]
+  rows, cols = np.nonzero(tokens == specials.mask)
+  queries = obj.dea.apply({"params": params["dea"]}, hidden[rows, cols])
+  want = queries @ params["entities"][candidates + 1].T
+  blind = obj.run(params, dict(inputs, entity_in=jnp.zeros_like(ids)),
+                  jax.random.key(1), True)["hidden"]
+  unread = obj.dea.apply({"params": params["dea"]}, blind[rows, cols]) @ \
+      params["entities"][candidates + 1].T
+  # Equal to training's reading, far closer than to a reading without the
+  # question's entities.
+  assert np.abs(got - want).max() < np.abs(got - unread).max() / 20

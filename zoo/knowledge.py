@@ -7,7 +7,8 @@ minibatch: SGD as in the paper, entity vectors renormalised to unit length
 before each step, one corrupted triple per training triple. `entity_table`
 is what a scheme reads: the vectors of `data.linking`'s knowledge base,
 computed once and cached in the data folder (a `.npz` read without
-pickle), with row 0 for "no entity".
+pickle), with row 0 for "no entity". `transe_logits` asks TransE itself
+for a relation's tails (the knowledge probe's reference row).
 
 Letters: K entities, R relations, D dim, N triples.
 """
@@ -109,11 +110,13 @@ def train_transe(triples: np.ndarray, num_entities: int, num_relations: int,
 
 
 @functools.lru_cache(maxsize=4)
-def entity_table(kb: str = "wordnet", c: TransE = TransE()) -> np.ndarray:
-  """float32 [K + 1, D]: row 0 zeros ("no entity"), row i + 1 the TransE
-  vector of entity i of `data.linking.linker(kb)`'s knowledge base, trained
-  on its triples but the knowledge probe's (`wordnet.held_out`). Trained
-  on first use and cached in `<data_dir>/entities/`."""
+def transe_vectors(kb: str = "wordnet", c: TransE = TransE()
+                   ) -> dict[str, np.ndarray]:
+  """"table" float32 [K + 1, D]: row 0 zeros ("no entity"), row i + 1 the
+  TransE vector of entity i of `data.linking.linker(kb)`'s knowledge base;
+  "relations" float32 [R, D]. Trained on the knowledge base's triples but
+  the knowledge probe's (`wordnet.held_out`), on first use, and cached in
+  `<data_dir>/entities/`."""
   base = linking.linker(kb).kb
   triples = base.triples[~wordnet.held_out(base)]
   key = hashlib.sha256(json.dumps(
@@ -122,30 +125,63 @@ def entity_table(kb: str = "wordnet", c: TransE = TransE()) -> np.ndarray:
   path = data_config.data_dir() / "entities" / f"{kb}-transe-{key}.npz"
   if path.exists():
     with np.load(path, allow_pickle=False) as f:
-      return f["table"]
+      if "relations" in f:  # files written before relations were kept
+        return {"table": f["table"], "relations": f["relations"]}
   params, losses = train_transe(triples, len(base.synsets),
                                 len(base.relations), c)
-  table = np.concatenate([np.zeros((1, c.dim), np.float32),
-                          np.asarray(params["entities"], np.float32)])
+  out = {"table": np.concatenate([np.zeros((1, c.dim), np.float32),
+                                  np.asarray(params["entities"], np.float32)]),
+         "relations": np.asarray(params["relations"], np.float32)}
   path.parent.mkdir(parents=True, exist_ok=True)
   tmp = path.with_name(f"{path.stem}.tmp{os.getpid()}.npz")
-  np.savez(tmp, table=table, losses=np.asarray(losses, np.float32))
+  np.savez(tmp, losses=np.asarray(losses, np.float32), **out)
   os.replace(tmp, path)
-  return table
+  return out
+
+
+def entity_table(kb: str = "wordnet", c: TransE = TransE()) -> np.ndarray:
+  """float32 [K + 1, D]: `transe_vectors`' "table", what ERNIE reads."""
+  return transe_vectors(kb, c)["table"]
+
+
+def transe_logits(kb: str, c: TransE, heads: np.ndarray, relation: str,
+                  candidates: np.ndarray) -> np.ndarray:
+  """float32 [N, C]: -d(e_h + w_r, e_c), TransE's own score of each
+  candidate tail c (entity numbers [C]) for heads [N] under `relation`."""
+  vectors = transe_vectors(kb, c)
+  r = linking.linker(kb).kb.relations.index(relation)
+  h, t = np.meshgrid(heads, candidates, indexing="ij")  # [N, C]
+  triples = np.stack([h.ravel(), np.full(h.size, r), t.ravel()], axis=1)
+  d = transe.distance(vectors["table"][1:], vectors["relations"],
+                      jnp.asarray(triples, jnp.int32), c.norm)
+  return -np.asarray(d, np.float32).reshape(h.shape)
 
 
 SPECIAL = ("pad", "eos", "unk", "mask", "cls", "sep", "bos")
 
 
-def entity_inputs(tokenizer, tokens: np.ndarray, kb: str = "wordnet",
-                  dim: int = 100) -> np.ndarray:
-  """float32 [B,T,D]: the TransE vectors (`entity_table`) of the entities
-  `data.linking` finds in rows of piece ids [B,T] (at each mention's first
-  piece; special pieces and padding are never linked), zeros elsewhere:
-  what ERNIE reads beside text that was not linked when it was built."""
+def entity_ids(tokenizer, tokens: np.ndarray, kb: str = "wordnet"
+               ) -> np.ndarray:
+  """int32 [B,T]: entity + 1 of each mention `data.linking` finds in rows of
+  piece ids [B,T] (at its first piece; special pieces and padding are
+  never linked), 0 elsewhere: the rows' `entity_ids` had they been linked
+  when they were built."""
   specials = tokenizer.specials()
   special = [specials[k] for k in SPECIAL if k in specials]
   linker = linking.linker(kb)
-  ids = np.stack([linker.link_pieces(tokenizer, row, special)
-                  for row in np.asarray(tokens)])
-  return entity_table(kb, TransE(dim=dim))[ids]
+  return np.stack([linker.link_pieces(tokenizer, row, special)
+                   for row in np.asarray(tokens)]).astype(np.int32)
+
+
+def entity_inputs(tokenizer, tokens: np.ndarray, kb: str = "wordnet",
+                  dim: int = 100, table: np.ndarray | None = None
+                  ) -> np.ndarray:
+  """float32 [B,T,D]: the vectors of the `entity_ids` of rows of piece ids
+  [B,T], zeros elsewhere: what ERNIE reads beside text that was not linked
+  when it was built. The vectors are rows of `table` [K+1,D] (a model's
+  own), else of the TransE `entity_table`."""
+  if table is None:
+    table = entity_table(kb, TransE(dim=dim))
+  ids = entity_ids(tokenizer, tokens, kb)
+  return np.where(ids[..., None] > 0, np.asarray(table)[ids], 0.0).astype(
+      np.float32)

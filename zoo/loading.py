@@ -56,6 +56,8 @@ class Loaded:
       -> `(family, config, params)` (ELECTRA's "generator").
     objective: the pre-training scheme (None if unknown); `score` reads an
       encoder-decoder in that scheme's format.
+    heads: the scheme's own trained heads, name -> params (ERNIE's "dea"
+      head and "entities" table, which `entity_logits` reads).
   """
   family: str
   config: Any
@@ -66,6 +68,7 @@ class Loaded:
   run_config: dict | None = None
   companions: dict[str, tuple] = dataclasses.field(default_factory=dict)
   objective: str | None = None
+  heads: dict[str, Any] = dataclasses.field(default_factory=dict)
 
   @property
   def model(self) -> nn.Module:
@@ -202,7 +205,7 @@ class Loaded:
     where = np.flatnonzero(tokens[0] == mask_id)
     if not len(where):
       raise ValueError(f"no mask in {text!r}; write one of {MASK_MARKERS}")
-    logits = _logits(self.family, self.config, self.params,
+    logits = _forward(self.family, self.config, self.params,
                      jnp.asarray(tokens), self.entity_vectors(tokens))
     if logits.ndim != 3 or logits.shape[-1] != self.config.vocab_size:
       raise ValueError(f"{self.family}'s logits {logits.shape} are not over "
@@ -220,28 +223,60 @@ class Loaded:
                   ) -> np.ndarray:
     """float32 [N, V]: the MLM logits at the one mask of each text."""
     out = []
-    mask_id = self._tok().specials()["mask"]
     for start in range(0, len(texts), batch_size):
       tokens = self.batch(list(texts[start:start + batch_size]))
-      rows, cols = np.nonzero(tokens == mask_id)
-      if len(rows) != len(tokens) or len(set(rows)) != len(tokens):
-        raise ValueError("mask_logits needs exactly one mask in each text")
-      logits = _logits(self.family, self.config, self.params,
+      rows, cols = self._mask_positions(tokens)
+      logits = _forward(self.family, self.config, self.params,
                        jnp.asarray(tokens), self.entity_vectors(tokens))
       out.append(np.asarray(logits)[rows, cols])
     return np.concatenate(out)
 
+  def _mask_positions(self, tokens: np.ndarray):
+    """(rows, cols) of the one mask of each row."""
+    rows, cols = np.nonzero(tokens == self._tok().specials()["mask"])
+    if len(rows) != len(tokens) or len(set(rows)) != len(tokens):
+      raise ValueError("one mask is needed in each text")
+    return rows, cols
+
+  def entity_logits(self, texts: list[str], candidates: np.ndarray,
+                    batch_size: int = 64) -> np.ndarray:
+    """float32 [N, C]: ERNIE's dEA logits at the one mask of each text for
+    the candidate entities (int [C]: entity numbers of the workdir's
+    knowledge base), the text's own linked entities read as in training.
+
+    Raises:
+      ValueError: the model has no dEA head (not an ERNIE workdir).
+    """
+    if "dea" not in self.heads:
+      raise ValueError(f"{self.path} has no dEA head: entity_logits needs "
+                       "an ERNIE workdir trained with the 'ernie' scheme")
+    from objectives import ernie  # pylint: disable=g-import-not-at-top
+    table = jnp.asarray(self.heads["entities"])
+    vectors = table[jnp.asarray(candidates) + 1]
+    out = []
+    for start in range(0, len(texts), batch_size):
+      tokens = self.batch(list(texts[start:start + batch_size]))
+      rows, cols = self._mask_positions(tokens)
+      hidden = _forward(self.family, self.config, self.params,
+                        jnp.asarray(tokens), self.entity_vectors(tokens),
+                        "hidden")
+      out.append(np.asarray(ernie.dea_scores(
+          self.heads["dea"], self.config, hidden[rows, cols], vectors)))
+    return np.concatenate(out)
+
   def entity_vectors(self, tokens: np.ndarray):
-    """[B,T,E] float32: for a knowledgeable family (ERNIE), the TransE
-    vectors of the entities linked in the rows (`data.linking`, at each
-    mention's first piece; the workdir's `data.entities`), else None."""
+    """[B,T,E] float32: for a knowledgeable family (ERNIE), the vectors of
+    the entities linked in the rows (`data.linking`, at each mention's
+    first piece; the workdir's `data.entities`): rows of the table it was
+    trained with, else of the TransE table; None for other families."""
     if not hasattr(self.config, "entity_dim"):
       return None
     from zoo import knowledge  # pylint: disable=g-import-not-at-top
     kb = ((self.run_config or {}).get("data", {}).get("entities")
           or "wordnet")
     return jnp.asarray(knowledge.entity_inputs(
-        self._tok(), tokens, kb, self.config.entity_dim))
+        self._tok(), tokens, kb, self.config.entity_dim,
+        self.heads.get("entities")))
 
   def generate(self, text: str, max_len: int = 32) -> str:
     """Greedy continuation (decoders) or target (encoder-decoders)."""
@@ -324,16 +359,17 @@ def _embed(family, config, params, tokens, segment_ids=None):
   return {"hidden": out["hidden"], "layers": jnp.stack(out["layers"])}
 
 
-@functools.partial(jax.jit, static_argnames=("family", "config"))
-def _logits(family, config, params, tokens, entities=None):
-  """[B,T,V] LM logits of an encoder (`entities` [B,T,E]: ERNIE's linked
-  entity vectors)."""
+@functools.partial(jax.jit, static_argnames=("family", "config", "key"))
+def _forward(family, config, params, tokens, entities=None, key="logits"):
+  """An encoder's output `key`: "logits" [B,T,V] or "hidden" [B,T,D]
+  (`entities` [B,T,E]: ERNIE's linked entity vectors)."""
   model = models.get(family).Model(config)
   kw = {} if entities is None else {"entities": entities}
   out = model.apply({"params": params}, tokens, **kw)
-  if "logits" not in out:
-    raise ValueError(f"{family} returns no LM logits; fill_mask needs them")
-  return out["logits"]
+  if key not in out:
+    raise ValueError(f"{family} returns no {key}; fill_mask needs LM logits")
+  return out[key]
+
 
 
 def _is_workdir(path: str) -> bool:
@@ -408,7 +444,8 @@ def load_workdir(workdir: str, step: int | None = None) -> Loaded:
   companions = ({"generator": objective.generator(params)}
                 if hasattr(objective, "generator") else {})
   return Loaded(family, model_config, backbone, tokenizer, step, workdir,
-                config.to_dict(), companions, config.get("objective") or None)
+                config.to_dict(), companions, config.get("objective") or None,
+                objective.heads(params))
 
 
 def load_hf(folder: str) -> Loaded:
