@@ -1,10 +1,12 @@
 """What trained encoders know of WordNet's held-out hypernyms.
 
     python bench/knowledge_probe.py --workdirs DIR[,DIR...] [--limit N]
+        [--split held_out|seen]
 
 Asks every workdir's encoder (an MLM head: BERT, ERNIE, ...) the cloze
 questions of `data.knowledge_probe` ("a dog is a kind of <mask>.") about
-hypernym pairs that no training on the knowledge base saw, and ranks each
+hypernym pairs that no training on the knowledge base saw (`--split
+seen`: pairs TransE trained on), and ranks each
 fact's answer among the probe's distinct answers at the mask. An ERNIE
 reads the question's linked entities as it read its rows (`zoo.load`'s
 `entity_vectors`), and answers twice: its MLM head ranks answer pieces, its
@@ -100,12 +102,13 @@ def summarize(name: str, family: str, head: str, got: dict, facts,
   return row
 
 
-def probe(workdir: str, limit: int | None) -> list[dict]:
+def probe(workdir: str, limit: int | None, split: str) -> list[dict]:
   """The rows of one workdir: its MLM head, and its dEA head if it has
   one, each beside its random init."""
   loaded = loading.load(workdir)
   kb = (loaded.run_config or {}).get("data", {}).get("entities") or "wordnet"
-  facts = knowledge_probe.facts(linking.linker(kb), loaded.tokenizer, limit)
+  facts = knowledge_probe.facts(linking.linker(kb), loaded.tokenizer, limit,
+                                split)
   name = os.path.basename(workdir.rstrip("/"))
   twin = random_twin(loaded)
   rows = [summarize(name, loaded.family, "mlm",
@@ -127,9 +130,12 @@ def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--workdirs", required=True)
   p.add_argument("--limit", type=int, default=None)
+  p.add_argument("--split", choices=knowledge_probe.SPLITS,
+                 default="held_out")
   args = p.parse_args(argv)
-  rows = [r for w in args.workdirs.split(",") for r in probe(w, args.limit)]
-  _common.emit_json("knowledge_probe", {"rows": rows,
+  rows = [r for w in args.workdirs.split(",")
+          for r in probe(w, args.limit, args.split)]
+  _common.emit_json("knowledge_probe", {"rows": rows, "split": args.split,
                                         "machine": _common.machine()})
 
 

@@ -244,7 +244,9 @@ def knowledge_probe_section(r: dict) -> list[str]:
            x["candidates"] for x in rows}
   ranked = "; ".join(f"{k} among {n}" for k, n in sorted(kinds.items(),
                                                           reverse=True))
-  out = [f"WordNet hypernym cloze, {rows[0]['facts']} held-out facts, "
+  split = {"held_out": "held-out", "seen": "seen (TransE trained on)"}[
+      r.get("split", "held_out")]
+  out = [f"WordNet hypernym cloze, {rows[0]['facts']} {split} facts, "
          f"answers ranked among the probe's answers ({ranked}); x 100, "
          "point [95% bootstrap interval over facts]; Δ: paired difference "
          "to the same model at random init (TransE's: to a random "

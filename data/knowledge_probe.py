@@ -17,7 +17,8 @@ predicts entities (ERNIE's dEA head) ranks the answers' entities instead
 (`entity_candidates`).
 
 The sample's prose may state a fact in words; the probe asks what a model
-has of it, whichever way it came.
+has of it, whichever way it came. The "seen" split asks instead about
+pairs TransE trained on: facts the entity vectors could carry.
 """
 
 import dataclasses
@@ -47,17 +48,28 @@ class Fact:
     return TEMPLATE.format(article=article, subject=self.subject)
 
 
-def facts(linker, tokenizer, limit: int | None = None) -> list[Fact]:
+SPLITS = ("held_out", "seen")
+
+
+def facts(linker, tokenizer, limit: int | None = None,
+          split: str = "held_out") -> list[Fact]:
   """The probe's facts, in the knowledge base's order (one per subject).
 
   Args:
     linker: a `data.linking.Linker` (its `kb` holds the held-out pairs).
     tokenizer: the tokenizer whose pieces answer.
     limit: keep the first this many.
+    split: "held_out", the pairs no training on the knowledge base saw, or
+      "seen", pairs TransE trained on (what a model could read out of the
+      entity vectors it is given, as LAMA asks of facts its corpus states).
   """
+  if split not in SPLITS:
+    raise ValueError(f"split must be one of {SPLITS}; got {split!r}")
   kb = linker.kb
   hyper = kb.relations.index("hypernym")
-  rows = kb.triples[wordnet.held_out(kb) & (kb.triples[:, 1] == hyper)]
+  held = wordnet.held_out(kb)
+  rows = kb.triples[(held if split == "held_out" else ~held)
+                    & (kb.triples[:, 1] == hyper)]
   out, seen = [], set()
   for h, _, t in rows.tolist():
     subject, answer = kb.synsets[h].lemmas[0], kb.synsets[t].lemmas[0]

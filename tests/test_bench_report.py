@@ -200,6 +200,9 @@ def test_knowledge_probe_record_marks_deltas_whose_interval_excludes_zero():
   assert "| ernie | ernie | dEA: entities | 4.5 [2.0, 7.5] |" in body
   assert "10 held-out facts" in body
   assert "(pieces among 7; entities among 5)" in body
+  seen = report.section([{"bench": "knowledge_probe", "machine": MACHINE,
+                          "rows": [row], "split": "seen"}])
+  assert "10 seen (TransE trained on) facts" in seen
 
 
 def test_pals_record_counts_params_and_averages_scores():

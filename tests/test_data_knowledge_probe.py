@@ -32,6 +32,19 @@ def test_facts_are_held_out_pairs_with_one_piece_answers(facts, tok):
   assert not kept & {(h, t) for h, r, t in kb.triples[held].tolist()}
 
 
+def test_seen_facts_are_pairs_transe_trained_on(tok):
+  linker = linking.linker("wordnet")
+  kb = linker.kb
+  seen = knowledge_probe.facts(linker, tok, limit=50, split="seen")
+  assert len(seen) == 50
+  hyper = kb.relations.index("hypernym")
+  kept = {(h, t) for h, r, t in kb.triples[~wordnet.held_out(kb)].tolist()
+          if r == hyper}
+  assert all((f.subject_entity, f.answer_entity) in kept for f in seen)
+  with pytest.raises(ValueError, match="split must be one of"):
+    knowledge_probe.facts(linker, tok, split="test")
+
+
 def test_the_question_reads_naturally():
   f = knowledge_probe.Fact("apple", "fruit", 9)
   assert f.text == "an apple is a kind of <mask>."
