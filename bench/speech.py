@@ -5,7 +5,8 @@
     python bench/speech.py --baselines   # two fillers of a masked span
 
 Pre-trains Mockingjay (`configs/mockingjay_mam.py`, by default the paper's
-3 layers at width 256 for 3,000 steps of 16 utterances x 3.84 s) unless
+3 layers at width 256, with learned positions, for 3,000 steps of 16
+utterances x 3.84 s) unless
 `--workdir` holds a finished run, then reads three rows with the speech
 views (`zoo.harness.speech_probe`: frame-level phone and voice probes):
 
@@ -42,12 +43,13 @@ from zoo.harness import statistics  # pylint: disable=wrong-import-position
 
 CONFIG = "configs.mockingjay_mam"
 # The paper's 3 layers at width 256, past the 240 numbers of a step (2
-# cores train it in about 15 minutes), Adam at 5e-4 warmed up over the
-# first 7% of 3,000 steps of 16 x 3.84 s.
+# cores train it in about 15 minutes), with learned positions (the fixed
+# codes' unit amplitude hides part of each step from a linear probe),
+# Adam at 5e-4 warmed up over the first 7% of 3,000 steps of 16 x 3.84 s.
 DEFAULT_ARG = ("steps=3000,model_args.embed_dim=256,model_args.num_heads=4,"
-               "model_args.mlp_dim=1024,optimizer.lr=5e-4,"
-               "optimizer.warmup_steps=210,checkpoint_every=500,"
-               "eval_every=500")
+               "model_args.mlp_dim=1024,model_args.positions=learned,"
+               "optimizer.lr=5e-4,optimizer.warmup_steps=210,"
+               "checkpoint_every=500,eval_every=500")
 
 
 def pretrain(workdir: str, arg: str) -> float | None:
