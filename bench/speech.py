@@ -37,6 +37,7 @@ import numpy as np  # pylint: disable=wrong-import-position
 
 import zoo  # pylint: disable=wrong-import-position
 import _common  # pylint: disable=wrong-import-position,g-bad-import-order
+from zoo import checkpoint  # pylint: disable=wrong-import-position
 from zoo import loading  # pylint: disable=wrong-import-position
 from zoo.harness import speech_probe  # pylint: disable=wrong-import-position
 from zoo.harness import statistics  # pylint: disable=wrong-import-position
@@ -58,7 +59,7 @@ def pretrain(workdir: str, arg: str) -> float | None:
   from zoo import train as train_lib  # pylint: disable=import-outside-toplevel
   config = importlib.import_module(CONFIG).get_config(arg)
   if os.path.isdir(os.path.join(workdir, "checkpoints")):
-    done = loading.restore_params(workdir)[1]
+    done = checkpoint.restore_params(workdir)[1]
     if done >= int(config.steps):
       return None
   start = time.perf_counter()

@@ -9,14 +9,18 @@
 
 Saves are asynchronous; a step directory appears only once complete, so a
 run killed at any moment resumes from the latest complete checkpoint.
-Nothing here unpickles.
+`restore_params` reads a workdir's params back replicated over this
+process's devices (what `zoo.load` and evaluation use), falling back past
+an unreadable checkpoint. Nothing here unpickles.
 """
 
 import json
 import os
+import warnings
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
@@ -165,3 +169,47 @@ def restore_replicated(workdir: str, step: int | None = None,
     return ckpt.restore(step, target)
   finally:
     ckpt.close()
+
+
+def local_mesh() -> jax.sharding.Mesh:
+  """A mesh over this process's devices; params get replicated over it."""
+  return jax.sharding.Mesh(np.array(jax.local_devices()), ("data",))
+
+
+def restore_params(workdir: str, step: int | None = None):
+  """`(params, step)` of a workdir's checkpoint, replicated locally.
+
+  With `step` None, tries the complete checkpoints newest first: one that
+  fails to restore (a corrupt or missing file) is reported with a warning
+  and the previous one is tried.
+
+  Raises:
+    FileNotFoundError: no complete checkpoint (or not `step`).
+    ValueError: every complete checkpoint failed; the errors are listed.
+  """
+  ckpt = Checkpointer(workdir, keep=0, async_save=False)
+  try:
+    steps = ckpt.all_steps()
+  finally:
+    ckpt.close()
+  if step is not None:
+    if step not in steps:
+      raise FileNotFoundError(f"{workdir} has no complete checkpoint for "
+                              f"step {step}; complete: {steps}")
+    steps = [step]
+  if not steps:
+    raise FileNotFoundError(
+        f"{workdir} has no complete checkpoint under checkpoints/ (a run "
+        "killed before its first save leaves none); train longer or point "
+        "at another workdir")
+  errors = []
+  for s in sorted(steps, reverse=True):
+    try:
+      state, _ = restore_replicated(workdir, s, local_mesh())
+      return state["params"], s
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(f"step {s}: {type(e).__name__}: {str(e)[:300]}")
+      warnings.warn(f"checkpoint {s} of {workdir} is unreadable ({errors[-1]}"
+                    "); trying the previous complete checkpoint")
+  raise ValueError(f"no checkpoint of {workdir} could be restored:\n"
+                   + "\n".join(errors))

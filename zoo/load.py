@@ -8,7 +8,8 @@ package attribute to the module, which would otherwise hide the function.
 import sys
 import types
 
-from zoo.loading import Loaded, load, restore_params  # noqa: F401
+from zoo.checkpoint import restore_params  # noqa: F401
+from zoo.loading import Loaded, load
 
 
 class _CallableModule(types.ModuleType):

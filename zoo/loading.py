@@ -17,7 +17,6 @@ reported and the previous complete one is tried. Nothing unpickles.
 import dataclasses
 import functools
 import os
-import warnings
 from typing import Any
 
 import flax.linen as nn
@@ -367,57 +366,13 @@ def _forward(family, config, params, tokens, entities=None, key="logits"):
   kw = {} if entities is None else {"entities": entities}
   out = model.apply({"params": params}, tokens, **kw)
   if key not in out:
-    raise ValueError(f"{family} returns no {key}; fill_mask needs LM logits")
+    raise ValueError(f"{family} returns no {key} (fill_mask and mask_logits "
+                     "need an LM head)")
   return out[key]
-
 
 
 def _is_workdir(path: str) -> bool:
   return os.path.isdir(os.path.join(path, "checkpoints"))
-
-
-def _local_mesh() -> jax.sharding.Mesh:
-  """A mesh over this process's devices; params get replicated over it."""
-  return jax.sharding.Mesh(np.array(jax.local_devices()), ("data",))
-
-
-def restore_params(workdir: str, step: int | None = None):
-  """`(params, step)` of a workdir's checkpoint, replicated locally.
-
-  With `step` None, tries the complete checkpoints newest first: one that
-  fails to restore (a corrupt or missing file) is reported with a warning
-  and the previous one is tried.
-
-  Raises:
-    FileNotFoundError: no complete checkpoint (or not `step`).
-    ValueError: every complete checkpoint failed; the errors are listed.
-  """
-  ckpt = ckpt_lib.Checkpointer(workdir, keep=0, async_save=False)
-  try:
-    steps = ckpt.all_steps()
-  finally:
-    ckpt.close()
-  if step is not None:
-    if step not in steps:
-      raise FileNotFoundError(f"{workdir} has no complete checkpoint for "
-                              f"step {step}; complete: {steps}")
-    steps = [step]
-  if not steps:
-    raise FileNotFoundError(
-        f"{workdir} has no complete checkpoint under checkpoints/ (a run "
-        "killed before its first save leaves none); train longer or point "
-        "at another workdir")
-  errors = []
-  for s in sorted(steps, reverse=True):
-    try:
-      state, _ = ckpt_lib.restore_replicated(workdir, s, _local_mesh())
-      return state["params"], s
-    except Exception as e:  # pylint: disable=broad-except
-      errors.append(f"step {s}: {type(e).__name__}: {str(e)[:300]}")
-      warnings.warn(f"checkpoint {s} of {workdir} is unreadable ({errors[-1]}"
-                    "); trying the previous complete checkpoint")
-  raise ValueError(f"no checkpoint of {workdir} could be restored:\n"
-                   + "\n".join(errors))
 
 
 def _masked_mean(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -434,7 +389,7 @@ def load_workdir(workdir: str, step: int | None = None) -> Loaded:
   tokenizer = tok_lib.load_path(tok_dir) if os.path.isdir(tok_dir) else None
   specials = (objectives.Specials(**tokenizer.specials()) if tokenizer
               else train_lib.specials_of(config, None))
-  params, step = restore_params(workdir, step)
+  params, step = ckpt_lib.restore_params(workdir, step)
   if ("scan_layers" not in config.get("model_args", {})
       and blocks.is_unrolled(params)):
     # Trained before deep stacks scanned by default: build it as trained.
@@ -456,7 +411,7 @@ def load_hf(folder: str) -> Loaded:
     tokenizer = tok_lib.load_path(folder)
   except FileNotFoundError:
     tokenizer = None
-  rep = jax.sharding.NamedSharding(_local_mesh(),
+  rep = jax.sharding.NamedSharding(ckpt_lib.local_mesh(),
                                    jax.sharding.PartitionSpec())
   params = jax.device_put(nn.meta.unbox(params), rep)
   return Loaded(family, config, params, tokenizer, None, folder)

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from zoo import checkpoint as ckpt_lib
 from zoo import compile_cache
 from zoo import config as config_lib
-from zoo import distributed, loading, optim, sharding
+from zoo import distributed, optim, sharding
 from zoo import train_lib as lib
 from zoo.metrics_log import MetricsLog, summarize
 from zoo.plan import chips as chips_lib
@@ -273,7 +273,7 @@ def evaluate(config, workdir: str, step: int | None = None,
   setup = lib.setup_state(
       objective, optim.make(config.optimizer, int(config.steps)), config,
       mesh)
-  params, _ = loading.restore_params(workdir, step)
+  params, _ = ckpt_lib.restore_params(workdir, step)
   params = jax.device_put(params, setup.shardings["params"])
   evaluator = _Evaluator(config, setup,
                          lib.make_eval_step(objective, config, setup), loader)
