@@ -6,7 +6,7 @@ DEMO_DIR ?= workdirs/demo
 STAMP   := $(VENV)/.installed
 TSTAMP  := $(VENV)/.installed-test
 
-.PHONY: demo test quick data data-packages clean
+.PHONY: demo test test-all quick data data-packages clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -50,13 +50,18 @@ demo: $(STAMP) data
 	$(BIN)/python -m zoo.compare --config configs/compare/demo.py --workdir $(DEMO_DIR)
 
 # --durations: every run lists its slowest tests (what to trim when the
-# suite grows past its time budget).
+# suite grows past its time budget). Per-family sweeps run on the core
+# families here (tests/lanes.py); `make test-all` runs every member.
 test: $(TSTAMP) data
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=30 -m "not sweep" tests
+
+# Everything, every member of every per-family sweep included.
+test-all: $(TSTAMP) data
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=30 tests
 
-# The developer's lane: everything but the tests marked slow.
+# The developer's lane: everything but the tests marked slow or sweep.
 quick: $(TSTAMP) data
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow" tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow and not sweep" tests
 
 clean:
 	rm -rf $(VENV) workdirs .data

@@ -131,6 +131,7 @@ def test_smoke_grid_runs_end_to_end_and_resumes_after_sigkill(tmp_path,
   assert "resumed from step" not in err and _results(killed) == want
 
 
+@pytest.mark.sweep  # one family's row: tests/lanes.py
 def test_transfo_xl_memory_row_is_read_by_every_view(tmp_path):
   """The family grid's Transformer-XL row: pre-trained carrying its memory,
   then read by every view beside its own random init."""
@@ -149,6 +150,7 @@ def test_transfo_xl_memory_row_is_read_by_every_view(tmp_path):
       assert 0 <= low <= mean <= high <= 100
 
 
+@pytest.mark.sweep  # one family's row: tests/lanes.py
 def test_static_rows_are_read_by_the_views_that_apply(tmp_path):
   """word2vec (skip-gram) and FastText rows: probe and few-shot read their
   vectors beside their random inits; minimal pairs says why it does not
@@ -429,6 +431,7 @@ def test_a_cell_may_pre_train_on_other_text():
     cells.cell_config(grid, bad)
 
 
+@pytest.mark.sweep  # one family's row: tests/lanes.py
 def test_ulmfit_row_fine_tunes_through_its_head(tmp_path):
   """The AWD-LSTM pre-trained by awd_lm and its random init, both
   fine-tuned with ULMFiT's head and recipe, read by every view."""
@@ -444,6 +447,7 @@ def test_ulmfit_row_fine_tunes_through_its_head(tmp_path):
       assert 0 <= low <= mean <= high <= 100, (row["name"], name)
 
 
+@pytest.mark.sweep  # one family's row: tests/lanes.py
 def test_skip_thought_row_is_read_as_an_encoder(tmp_path):
   grid = smoke.get_config()
   grid.cells = [dict(name="skip_thought", objective="skip_thought",

@@ -19,6 +19,7 @@ import jax
 import pytest
 
 from configs.compare import family as family_grid
+from tests import lanes
 from zoo import train as train_mod
 from zoo import train_lib
 
@@ -46,6 +47,10 @@ def _real_runs(names) -> list[str]:
 
 
 REAL = _real_runs(CONFIGS)
+
+
+def _family(name: str) -> str:
+  return importlib.import_module(f"configs.{name}").get_config("tiny").model
 
 
 def _one_step_config(name: str, request=None):
@@ -111,7 +116,7 @@ def test_every_model_family_runs_for_real():
   assert ran == families and len(REAL) == len(families) + 1
 
 
-@pytest.mark.parametrize("name", REAL)
+@pytest.mark.parametrize("name", lanes.sweep(REAL, family=_family))
 def test_config_trains_one_sharded_step_on_the_sample(name, tmp_path,
                                                       request):
   config = _one_step_config(name, request)

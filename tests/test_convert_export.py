@@ -15,6 +15,7 @@ from safetensors.numpy import load_file
 import zoo
 from configs.compare import smoke
 from tests import hf_parity as hp
+from tests import lanes
 from zoo import convert, models, train
 from zoo import generate as gen_lib
 from zoo.convert import __main__ as cli
@@ -233,7 +234,7 @@ def exported(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family, objective", SCHEMES)
+@pytest.mark.parametrize("family, objective", lanes.sweep(SCHEMES))
 def test_trained_workdir_exports_with_its_tokenizer(exported, family,
                                                     objective):
   loaded, out = exported(family, objective)

@@ -17,6 +17,7 @@ import pytest
 import objectives
 from objectives import common
 from configs.compare import family as family_grid
+from tests import lanes
 from tests import objective_checks as testing
 from zoo import models
 
@@ -92,7 +93,7 @@ RUN, COMPILED = _split()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family,size", RUN)
+@pytest.mark.parametrize("family,size", lanes.sweep(RUN))
 def test_smallest_released_size_runs_a_train_step(family, size):
   """Init and the step compile apart (each compiles faster alone)."""
   obj, batch = _scanned(family, size)
@@ -114,7 +115,7 @@ def _nbytes(tree):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family,size,below", COMPILED)
+@pytest.mark.parametrize("family,size,below", lanes.sweep(COMPILED))
 def test_bigger_sizes_compile_a_train_step(family, size, below):
   """XLA compiles the step from abstract params: every shape,
   sharding-free lowering and fusion is checked without materialising the

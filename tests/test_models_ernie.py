@@ -83,7 +83,11 @@ def test_every_param_maps_onto_a_mesh():
 
 
 def test_a_loaded_ernie_reads_the_entities_of_its_text(tok):
-  config = models.make_config("ernie", "tiny", vocab_size=tok.vocab_size)
+  # Two K-layers: a position's entity reaches the others through the
+  # second layer's attention (with one, fusion is the last step, so the
+  # [MASK] reads only its own, absent, entity).
+  config = models.make_config("ernie", "tiny", vocab_size=tok.vocab_size,
+                              num_k_layers=2)
   params = models.init_params("ernie", config, jax.random.key(0))
   loaded = loading.Loaded("ernie", config, params, tok, None, "",
                           run_config={"data": {"entities": "wordnet"}})
@@ -95,8 +99,14 @@ def test_a_loaded_ernie_reads_the_entities_of_its_text(tok):
   table = knowledge.entity_table("wordnet", knowledge.TransE(dim=16))
   entity = linking.linker("wordnet").link(["dog"])[0]
   np.testing.assert_array_equal(vectors[0, dog], table[entity])
-  # The masked prediction reads them: it differs from the text alone.
-  with_kb = loaded.mask_logits(["a dog is a kind of <mask>."])
-  bare = ernie.Model(config).apply({"params": params}, jnp.asarray(tokens))
+  # The masked prediction reads them: the loader's logits are the model's
+  # with these entities (to float rounding, ~1e-7), and the entities move
+  # them (~1e-5 at init: the same program, only the entities differ).
+  with_kb = loaded.mask_logits(["a dog is a kind of <mask>."])[0]
   mask = list(tokens[0]).index(tok.specials()["mask"])
-  assert np.abs(with_kb[0] - np.asarray(bare["logits"][0, mask])).max() > 0
+  run = lambda e: np.asarray(ernie.Model(config).apply(  # pylint: disable=g-long-lambda
+      {"params": params}, jnp.asarray(tokens), entities=e)["logits"][0, mask])
+  read, unread = run(jnp.asarray(vectors)), run(jnp.zeros_like(vectors))
+  assert np.abs(read - unread).max() > 0
+  np.testing.assert_allclose(with_kb, read, atol=2e-6)
+  assert np.abs(with_kb - unread).max() > 2e-6

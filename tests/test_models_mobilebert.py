@@ -243,8 +243,11 @@ def test_scan_remat_and_bf16_match_the_unrolled_f32_model(tiny):
   assert boxed["params"]["encoder"]["layers"]["block"]["input_bottleneck"][
       "kernel"].names == ("layers", "embed", "embed_out")
   got = jax.jit(lambda v: scanned.apply(v, x))(stacked)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
-               got, ref)
+  # The same arithmetic in another order: float rounding, 1e-5 or, where
+  # NoNorm leaves an output large (logits ~25, whose ulp is 2e-6), a few
+  # ulps of its scale.
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(
+      a, b, atol=max(1e-5, 2e-6 * float(np.abs(b).max()))), got, ref)
   bf16 = models.get("mobilebert").Model(dataclasses.replace(
       config, dtype="bfloat16"))
   low = jax.jit(lambda v: bf16.apply(v, x))(variables)
