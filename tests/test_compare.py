@@ -303,6 +303,13 @@ def test_shipped_grids_are_valid():
       family.TEACHER_SCHEMES) - set(family.SPEECH_SCHEMES)
   assert set(family.TEACHER_SCHEMES) <= {
       c.get("objective") for c in compress.get_config().cells}
+  slow = compress.get_config("teacher=small,lr=5e-4").cells
+  assert {c.get("optimizer", {}).get("lr") for c in slow
+          if "objective" in c} == {5e-4}
+  assert "lr" not in next(c for c in slow if c["name"] == "int8").get(
+      "optimizer", {})
+  assert next(c for c in slow if c["name"] == "pruned90")["optimizer"][
+      "prune"]["target"] == 0.9
   memory = [c for c in cells.parse_cells(fam) if c.model == "transfo_xl"]
   assert [(c.name, c.objective_args) for c in memory] == [
       ("clm_memory", {"memory": True}), ("random_transfo_xl", {})]

@@ -85,11 +85,17 @@ def cells(teacher: dict, steps: int) -> list[dict]:
 
 def get_config(arg: str | None = None):
   """The grid; `arg` takes the demo's `tokens=N`, `ft_steps=N`, `k=N`,
-  and `teacher=mini|small`."""
+  `teacher=mini|small` and `lr=X`, the peak pre-training rate of every
+  pre-trained row (default the demo's)."""
   args = dict(p.split("=", 1) for p in (arg or "").split(",") if p)
   teacher = TEACHERS[args.pop("teacher", "mini")]
+  lr = args.pop("lr", None)
   g = demo.grid([], **demo.parse(",".join(f"{k}={v}"
                                           for k, v in args.items())))
   g.cells = cells(teacher, cells_lib.budget_steps(g))
+  if lr is not None:
+    for cell in g.cells:
+      if "objective" in cell:
+        cell["optimizer"] = dict(cell.get("optimizer", {}), lr=float(lr))
   g.compare_to = "teacher"
   return g
