@@ -104,8 +104,12 @@ def test_a_loaded_ernie_reads_the_entities_of_its_text(tok):
   # them (~1e-5 at init: the same program, only the entities differ).
   with_kb = loaded.mask_logits(["a dog is a kind of <mask>."])[0]
   mask = list(tokens[0]).index(tok.specials()["mask"])
-  run = lambda e: np.asarray(ernie.Model(config).apply(  # pylint: disable=g-long-lambda
-      {"params": params}, jnp.asarray(tokens), entities=e)["logits"][0, mask])
+
+  def run(entities):
+    out = ernie.Model(config).apply({"params": params}, jnp.asarray(tokens),
+                                    entities=entities)
+    return np.asarray(out["logits"][0, mask])
+
   read, unread = run(jnp.asarray(vectors)), run(jnp.zeros_like(vectors))
   assert np.abs(read - unread).max() > 0
   np.testing.assert_allclose(with_kb, read, atol=2e-6)
