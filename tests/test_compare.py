@@ -18,7 +18,7 @@ import objectives
 from configs.compare import compress, demo, family, long, smoke, t5_tables
 import flax.linen as nn
 
-from zoo import checkpoint, models, train_lib
+from zoo import models, train_lib
 from zoo.harness import cells
 from zoo.harness import run as harness_run
 from tests.child_env import REPO, child_env
@@ -129,52 +129,6 @@ def test_smoke_grid_runs_end_to_end_and_resumes_after_sigkill(tmp_path,
   # A finished grid reruns from what is on disk alone.
   _, err = _finish(_harness(killed, cache, only="mlm"))
   assert "resumed from step" not in err and _results(killed) == want
-
-
-@pytest.mark.sweep  # one family's row: tests/lanes.py
-def test_transfo_xl_memory_row_is_read_by_every_view(tmp_path):
-  """The family grid's Transformer-XL row: pre-trained carrying its memory,
-  then read by every view beside its own random init."""
-  grid = smoke.get_config()
-  grid.cells = [dict(c) for c in family.EXTRA if c["model"] == "transfo_xl"]
-  results = harness_run.run(grid, str(tmp_path))
-  rows = {r["name"]: r for r in results["rows"]}
-  assert list(rows) == ["clm_memory", "random_transfo_xl"]
-  ckpt = os.path.join(tmp_path, "cells", "clm_memory")
-  state, _ = checkpoint.restore_replicated(ckpt)
-  assert np.asarray(state["memory"]["valid"]).any()  # it carried one
-  for row in rows.values():
-    assert set(row["views"]) == {"minimal_pairs", "probe", "few_shot"}
-    for view in row["views"].values():
-      mean, low, high = view["average"]
-      assert 0 <= low <= mean <= high <= 100
-
-
-@pytest.mark.sweep  # one family's row: tests/lanes.py
-def test_static_rows_are_read_by_the_views_that_apply(tmp_path):
-  """word2vec (skip-gram) and FastText rows: probe and few-shot read their
-  vectors beside their random inits; minimal pairs says why it does not
-  apply."""
-  grid = smoke.get_config()
-  grid.cells = [dict(name="skipgram", objective="skipgram",
-                     model="word2vec")] + [
-                         dict(c) for c in family.EXTRA
-                         if c["model"] == "fasttext"]
-  results = harness_run.run(grid, str(tmp_path))
-  rows = {r["name"]: r for r in results["rows"]}
-  assert list(rows) == ["skipgram", "fasttext", "random_word2vec",
-                        "random_fasttext"]
-  for row in rows.values():
-    views = row["views"]
-    assert "no natural sentence score" in row["skipped"]["minimal_pairs"]
-    assert views["minimal_pairs"]["delta"] is None or np.isnan(
-        views["minimal_pairs"]["delta"][0])
-    for name in ("probe", "few_shot"):
-      mean, low, high = views[name]["average"]
-      assert 0 <= low <= mean <= high <= 100
-  table = (tmp_path / "results.md").read_text()
-  assert "| skipgram | word2vec |" in table and "| n/a |" in table
-  assert "- n/a: fasttext, minimal pairs: word2vec has no natural" in table
 
 
 def test_flops_estimate_charges_electra_and_bart_more_than_mlm():
@@ -436,37 +390,6 @@ def test_a_cell_may_pre_train_on_other_text():
   bad = dataclasses.replace(cove, data={"nope": 1})
   with pytest.raises(ValueError, match="unknown data field 'nope'"):
     cells.cell_config(grid, bad)
-
-
-@pytest.mark.sweep  # one family's row: tests/lanes.py
-def test_ulmfit_row_fine_tunes_through_its_head(tmp_path):
-  """The AWD-LSTM pre-trained by awd_lm and its random init, both
-  fine-tuned with ULMFiT's head and recipe, read by every view."""
-  grid = smoke.get_config()
-  grid.cells = [dict(name="awd_lm", objective="awd_lm", model="awd_lstm")]
-  grid.few_shot.by_family = {"awd_lstm": family.BY_FAMILY["awd_lstm"]}
-  results = harness_run.run(grid, str(tmp_path))
-  rows = {r["name"]: r for r in results["rows"]}
-  assert list(rows) == ["awd_lm", "random_awd_lstm"]
-  for row in rows.values():
-    for name in ("minimal_pairs", "probe", "few_shot"):
-      mean, low, high = row["views"][name]["average"]
-      assert 0 <= low <= mean <= high <= 100, (row["name"], name)
-
-
-@pytest.mark.sweep  # one family's row: tests/lanes.py
-def test_skip_thought_row_is_read_as_an_encoder(tmp_path):
-  grid = smoke.get_config()
-  grid.cells = [dict(name="skip_thought", objective="skip_thought",
-                     model="skip_thought")]
-  results = harness_run.run(grid, str(tmp_path))
-  rows = {r["name"]: r for r in results["rows"]}
-  assert list(rows) == ["skip_thought", "random_skip_thought"]
-  for row in rows.values():
-    assert "neighbour's vector" in row["skipped"]["minimal_pairs"]
-    for name in ("probe", "few_shot"):
-      mean, low, high = row["views"][name]["average"]
-      assert 0 <= low <= mean <= high <= 100
 
 
 def test_demo_grid_runs_one_row_at_another_budget():

@@ -50,6 +50,7 @@ REAL = _real_runs(CONFIGS)
 
 
 def _family(name: str) -> str:
+  """The model family of config `name`."""
   return importlib.import_module(f"configs.{name}").get_config("tiny").model
 
 
@@ -109,10 +110,8 @@ def test_config_traces_a_gradient_step(name, request):
 
 
 def test_every_model_family_runs_for_real():
-  families = {importlib.import_module(f"configs.{n}").get_config("tiny").model
-              for n in CONFIGS}
-  ran = {importlib.import_module(f"configs.{n}").get_config("tiny").model
-         for n in REAL}
+  families = {_family(n) for n in CONFIGS}
+  ran = {_family(n) for n in REAL}
   assert ran == families and len(REAL) == len(families) + 1
 
 
