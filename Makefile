@@ -3,6 +3,9 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 DEMO_DIR ?= workdirs/demo
+# Cells side by side in pinned CPU processes (zoo.harness.parallel): 2 where
+# the machine gives 2 or more cores, else 1.
+DEMO_WORKERS ?= $(shell [ "$$(nproc)" -ge 2 ] && echo 2 || echo 1)
 STAMP   := $(VENV)/.installed
 TSTAMP  := $(VENV)/.installed-test
 
@@ -47,7 +50,8 @@ data: $(STAMP) $(DSTAMP)
 # and their random-init rows, three tasks) over the embedded sample; prints
 # the table.
 demo: $(STAMP) data
-	$(BIN)/python -m zoo.compare --config configs/compare/demo.py --workdir $(DEMO_DIR)
+	$(BIN)/python -m zoo.compare --config configs/compare/demo.py --workdir $(DEMO_DIR) \
+	    --workers $(DEMO_WORKERS)
 
 # --durations: every run lists its slowest tests (what to trim when the
 # suite grows past its time budget). Per-family sweeps run on the core

@@ -337,6 +337,29 @@ def test_two_processes_give_the_results_of_one(tmp_path, smoke_run):
   assert got == want
 
 
+def test_workers_side_by_side_give_the_results_of_one_process(tmp_path,
+                                                             smoke_run):
+  """`--workers 2`: two pinned processes share the grid's cells, and the
+  parent reports what they stored, as one process would have."""
+  whole, cache, _ = smoke_run
+  side = str(tmp_path / "side")
+  out, _ = _finish(_harness(side, cache, ["--workers", "2"]))
+  assert "| mlm | bert |" in out and "worker processes side by side" in out
+  logs = [open(os.path.join(side, "workers", f"{i}.log"),
+               encoding="utf-8").read() for i in range(2)]
+  ran = [line.split(": ")[1].split(" (")[0] for log in logs
+         for line in log.splitlines() if line.startswith("worker ")]
+  assert sorted(ran) == ["clm", "mlm", "random_bert", "random_gpt2"]
+  assert all("worker " in log for log in logs)  # both took cells
+  got, want = _results(side), _results(whole)
+  for a, b in zip(got["rows"], want["rows"]):
+    np.testing.assert_allclose(
+        [a["pretrain"].get(k, 0.0) for k in sorted(b["pretrain"])],
+        [b["pretrain"][k] for k in sorted(b["pretrain"])], rtol=1e-6)
+    a["pretrain"], b["pretrain"] = {}, {}
+  assert got == want
+
+
 def test_cli_needs_all_three_multi_host_flags(tmp_path):
   from absl import flags  # pylint: disable=import-outside-toplevel
   from zoo import compare  # pylint: disable=import-outside-toplevel

@@ -23,7 +23,9 @@ shared workdir.
 """
 
 import os
+import sys
 
+import jax
 from absl import app, flags, logging
 
 from zoo import compile_cache
@@ -32,6 +34,12 @@ from zoo import train  # defines --config, --workdir, --compile_cache
 from zoo.harness import run as harness
 
 _MULTI_HOST = ("coordinator_address", "num_processes", "process_id")
+_WORKERS = flags.DEFINE_integer(
+    "workers", 1, "Run the cells in this many CPU processes side by side, "
+    "each pinned to its share of the cores (zoo.harness.parallel); 1: all "
+    "in this process.")
+_CLAIMS = flags.DEFINE_string(
+    "claims", None, "Internal: the claims folder of a harness worker.")
 
 
 def main(argv) -> None:
@@ -49,8 +57,18 @@ def main(argv) -> None:
     logging.set_verbosity(logging.WARNING)  # Orbax logs each save at INFO
   if train.COMPILE_CACHE.value:
     compile_cache.enable()
-  distributed.initialize(*(flags.FLAGS[name].value for name in _MULTI_HOST))
-  harness.run(grid, workdir)
+  multi_host = [flags.FLAGS[name].value for name in _MULTI_HOST]
+  if _CLAIMS.value:
+    harness.work(grid, workdir, _CLAIMS.value)
+    return
+  distributed.initialize(*multi_host)
+  if _WORKERS.value > 1 and (jax.process_count() > 1 or
+                             jax.default_backend() != "cpu"):
+    raise app.UsageError(
+        f"--workers {_WORKERS.value} runs cells in CPU processes of one "
+        f"machine; this run has {jax.process_count()} process(es) on "
+        f"{jax.default_backend()} (use --workers 1, or JAX_PLATFORMS=cpu)")
+  harness.run(grid, workdir, _WORKERS.value, sys.argv)
   if not distributed.is_main():
     return
   with open(os.path.join(workdir, "results.md"), encoding="utf-8") as f:

@@ -27,4 +27,9 @@ def line(profile: dict, views: tuple[str, ...]) -> str:
       parts.append(text)
   total = sum(compiling.values())
   tail = f"; {total:.0f} s of it compiling" if compiling else ""
+  side = profile.get("side_by_side")
+  if side:
+    tail += (f"; cells ran in {side['workers']} worker processes side by "
+             f"side for {side['seconds']:.0f} s of wall time, so the "
+             "stages' seconds add up to more than that")
   return f"Time spent: {', '.join(parts)}{tail}."

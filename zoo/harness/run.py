@@ -32,6 +32,7 @@ from zoo.harness import cells as cells_lib
 from zoo.harness import compressed
 from zoo.harness import few_shot
 from zoo.harness import minimal_pairs
+from zoo.harness import parallel
 from zoo.harness import plots
 from zoo.harness import probe
 from zoo.harness import report
@@ -214,8 +215,23 @@ def floors(grid, workdir: str, inputs: _Inputs) -> dict:
   return out
 
 
-def run(grid, workdir: str) -> dict:
+def work(grid, workdir: str, claims: str) -> None:
+  """One worker of `zoo.compare --workers N` (`parallel.work`)."""
+  compile_cache.watch()
+  parallel.work(grid, workdir, claims, run_cell, lambda: _Inputs(grid))
+
+
+def run(grid, workdir: str, workers: int = 1,
+        argv: list[str] | None = None) -> dict:
   """Runs (or resumes) every cell, then writes tables and plots.
+
+  Args:
+    grid: the grid config.
+    workdir: where everything is written.
+    workers: more than 1 first runs the cells that read no other cell in
+      that many pinned CPU processes (`parallel`), started with `argv`
+      (this command line).
+    argv: the command line of this process (`sys.argv`).
 
   Returns:
     The results (`report.build`), also written to DIR/results.json.
@@ -228,6 +244,11 @@ def run(grid, workdir: str) -> dict:
       os.makedirs(folder, exist_ok=True)
   # Process 0 builds the sample, tokenizer and pair suite the others read.
   inputs = distributed.main_first(lambda: _Inputs(grid), "harness_inputs")
+  side_by_side = None
+  if workers > 1:
+    units = len(replicas) * sum(map(parallel.independent, cells))
+    side_by_side = {"workers": workers, "seconds": round(
+        parallel.run_workers(argv or sys.argv, workdir, workers, units), 1)}
   steps = len(replicas) * sum(len(views_of(grid)) + cell.pretrained
                               for cell in cells)
   steps += 1 + bool(grid.get("compare_to"))
@@ -249,14 +270,18 @@ def run(grid, workdir: str) -> dict:
                           inputs).get() for c in cells})
     tick(None)
   bar.close()
-  return finish(grid, workdir, cells, records, floor, timing)
+  return finish(grid, workdir, cells, records, floor, timing, side_by_side)
 
 
 def finish(grid, workdir: str, cells, records: list[dict],
-           floor: dict, latency: dict | None = None) -> dict:
+           floor: dict, latency: dict | None = None,
+           side_by_side: dict | None = None) -> dict:
   """Writes results.{md,csv,json} and the plots (process 0); returns the
-  results (on every process). `latency`: row -> ms (`compressed`)."""
+  results (on every process). `latency`: row -> ms (`compressed`);
+  `side_by_side`: {"workers", "seconds"} of the workers that ran cells."""
   results = report.build(grid, records, floor, latency)
+  if side_by_side:
+    results["profile"]["side_by_side"] = side_by_side
   if not distributed.is_main():
     return results
   report.write_all(workdir, results)
