@@ -3,9 +3,9 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 DEMO_DIR ?= workdirs/demo
-# Cells side by side in pinned CPU processes (zoo.harness.parallel): 2 where
-# the machine gives 2 or more cores, else 1.
-DEMO_WORKERS ?= $(shell [ "$$(nproc)" -ge 2 ] && echo 2 || echo 1)
+# Cells side by side in pinned CPU processes (zoo.harness.parallel);
+# `make demo DEMO_WORKERS=2` runs two (README, "--workers").
+DEMO_WORKERS ?= 1
 STAMP   := $(VENV)/.installed
 TSTAMP  := $(VENV)/.installed-test
 

@@ -11,8 +11,9 @@ reports each view's wall seconds and the seconds JAX spent compiling
 (`zoo.compile_cache.compile_seconds`). Variants take turns, so the host's
 drift falls on all alike. A variant is `XLA_FLAGS` words (`--name=value`)
 and environment words (`NAME=value`, e.g. `ZOO_HOST_MALLOC=0`); "default"
-is none. The last lines give each variant's median compile and run (wall
-minus compile) seconds per view, and their ratios to the first variant.
+is none. The last lines, a Markdown table, give each variant's median
+compile and run (wall minus compile) seconds per view, and their ratios to
+the first variant.
 """
 
 import argparse
@@ -95,7 +96,8 @@ def main(argv=None) -> None:
   p.add_argument("--config", default="configs/compare/demo.py")
   p.add_argument("--rounds", type=int, default=2)
   p.add_argument("--views", default="minimal_pairs,probe,few_shot")
-  p.add_argument("--variants", default="default;--xla_cpu_use_fusion_emitters=false")
+  p.add_argument("--variants",
+                 default="default;--xla_cpu_use_fusion_emitters=false")
   p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
   args = p.parse_args(argv)
   args.views = [v for v in args.views.split(",") if v]
@@ -109,9 +111,10 @@ def main(argv=None) -> None:
       runs[v].append(run_variant(v, args))
       print(json.dumps({"round": r, "variant": v, "views": runs[v][-1]}),
             flush=True)
-  print("variant | view | compile s | run s | compile / first | run / first")
+  print("| variant | view | compile s | run s | compile / first | "
+        "run / first |\n|---|---|---:|---:|---:|---:|")
   for v, view, comp, run, rc, rr in summarise(variants, runs, args.views):
-    print(f"{v} | {view} | {comp:.1f} | {run:.1f} | {rc:.3f} | {rr:.3f}")
+    print(f"| {v} | {view} | {comp:.1f} | {run:.1f} | {rc:.3f} | {rr:.3f} |")
 
 
 if __name__ == "__main__":

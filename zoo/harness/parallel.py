@@ -4,9 +4,10 @@
         --workers 2
 
 A tiny model's step does not keep two cores busy (its ops are too small to
-split well), so on a CPU machine N single-grid processes, each pinned to
-its own share of the cores, get through more cells per minute than one
-process using all of them (`bench/harness_workers.py` measures it). The
+split well), so on a CPU machine N worker processes, each pinned to its
+own share of the cores, get through more cells per minute than one
+process using all of them (`bench/harness_workers.py` measures the steps;
+the README's "--workers" gives what it buys the demo grid). The
 parent process splits the cores into N shares and starts N workers; each
 worker claims the next unclaimed cell (an atomic file in
 `DIR/workers/claims`), pre-trains it and computes its views, writing them
