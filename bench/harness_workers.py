@@ -19,7 +19,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -29,16 +28,10 @@ def worker(name: str, size: str, batch: int, seq_len: int,
            steps: int) -> float:
   """Median step seconds of `name` in this process."""
   sys.path[:0] = [HERE, REPO]
+  import _common  # pylint: disable=import-outside-toplevel
   import _zoo  # pylint: disable=import-outside-toplevel
   fn, _, _ = _zoo.prepare_step(name, "float32", batch, seq_len, size=size)
-  for _ in range(3):
-    fn()
-  times = []
-  for _ in range(steps):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
+  return _common.median_seconds(fn, steps, warmup=3)
 
 
 def _spawn(args, name: str, cpus=None) -> subprocess.Popen:
