@@ -302,6 +302,16 @@ def test_every_family_cell_backbone_loads_for_finetuning():
             jax.tree_util.tree_structure(fresh["backbone"])), cell.name
 
 
+def _assert_same_results(got: dict, want: dict) -> None:
+  """Equal results, pre-training losses to float32 rounding."""
+  for a, b in zip(got["rows"], want["rows"]):
+    np.testing.assert_allclose(
+        [a["pretrain"].get(k, 0.0) for k in sorted(b["pretrain"])],
+        [b["pretrain"][k] for k in sorted(b["pretrain"])], rtol=1e-6)
+    a["pretrain"], b["pretrain"] = {}, {}
+  assert got == want
+
+
 def _free_port() -> int:
   with socket.socket() as sock:
     sock.bind(("127.0.0.1", 0))
@@ -329,12 +339,7 @@ def test_two_processes_give_the_results_of_one(tmp_path, smoke_run):
   assert [r["name"] for r in got["rows"]] == ["mlm", "random_bert"]
   # Pre-training losses agree to float32 rounding (the all-reduce across
   # processes sums in another order); every view's predictions are equal.
-  for a, b in zip(got["rows"], want["rows"]):
-    np.testing.assert_allclose(
-        [a["pretrain"].get(k, 0.0) for k in sorted(b["pretrain"])],
-        [b["pretrain"][k] for k in sorted(b["pretrain"])], rtol=1e-6)
-    a["pretrain"], b["pretrain"] = {}, {}
-  assert got == want
+  _assert_same_results(got, want)
 
 
 def test_workers_side_by_side_give_the_results_of_one_process(tmp_path,
@@ -347,17 +352,12 @@ def test_workers_side_by_side_give_the_results_of_one_process(tmp_path,
   assert "| mlm | bert |" in out and "worker processes side by side" in out
   logs = [open(os.path.join(side, "workers", f"{i}.log"),
                encoding="utf-8").read() for i in range(2)]
-  ran = [line.split(": ")[1].split(" (")[0] for log in logs
-         for line in log.splitlines() if line.startswith("worker ")]
-  assert sorted(ran) == ["clm", "mlm", "random_bert", "random_gpt2"]
-  assert all("worker " in log for log in logs)  # both took cells
+  ran = [[line.split(": ")[1].split(" (")[0] for line in log.splitlines()
+          if line.startswith("worker ")] for log in logs]
+  assert sorted(sum(ran, [])) == ["clm", "mlm", "random_bert", "random_gpt2"]
+  assert all(ran)  # both workers took cells
   got, want = _results(side), _results(whole)
-  for a, b in zip(got["rows"], want["rows"]):
-    np.testing.assert_allclose(
-        [a["pretrain"].get(k, 0.0) for k in sorted(b["pretrain"])],
-        [b["pretrain"][k] for k in sorted(b["pretrain"])], rtol=1e-6)
-    a["pretrain"], b["pretrain"] = {}, {}
-  assert got == want
+  _assert_same_results(got, want)
 
 
 def test_cli_needs_all_three_multi_host_flags(tmp_path):
