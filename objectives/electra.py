@@ -21,10 +21,6 @@ from objectives import transforms
 from zoo import models
 
 
-def _scatter(tokens, at, values):
-  """tokens [B, T] with values [B, K] written at distinct positions at."""
-  rows = jnp.arange(tokens.shape[0])[:, None]
-  return tokens.at[rows, at].set(values, unique_indices=True)
 
 
 @register
@@ -82,8 +78,9 @@ class Electra(common.Scheme):
     row_keys = jax.vmap(jax.random.key)(inputs["sample_seeds"])
     sampled = jax.vmap(jax.random.categorical)(row_keys, logits).astype(
         jnp.int32)
-    fake = _scatter(inputs["tokens"], inputs["logits_at"],
-                    jnp.where(inputs["weights"], sampled, inputs["targets"]))
+    fake = transforms.scatter_rows(
+        inputs["tokens"], inputs["logits_at"],
+        jnp.where(inputs["weights"], sampled, inputs["targets"]), unique=True)
     disc = self._apply(params, "discriminator", fake, inputs, k_disc,
                        deterministic)
     return {"generator": gen["logits"], "scores": disc["logits"],

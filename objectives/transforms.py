@@ -21,6 +21,19 @@ def positions_from_segments(segment_ids):
   return t - jax.lax.cummax(jnp.where(first, t, 0), axis=t.ndim - 1)
 
 
+def scatter_rows(out, at, values, unique=False):
+  """out [B, T] with row b's values [B, K] written at its positions at [B, K].
+
+  Positions outside [0, T) are dropped. One scatter per row under `vmap`,
+  so the batch is a scatter batch dimension: on a mesh that shards rows,
+  each device writes its own rows, where explicit row indices would make
+  the partitioner gather the whole batch onto every device.
+  """
+  def row(o, a, v):
+    return o.at[a].set(v, mode="drop", unique_indices=unique)
+  return jax.vmap(row)(out, at, values)
+
+
 def emit(counts, first, second, doc_ids, length, extra=None):
   """Re-packs a row where each position emits 0, 1 or 2 pieces.
 
@@ -39,14 +52,13 @@ def emit(counts, first, second, doc_ids, length, extra=None):
   """
   b, size = counts.shape
   start = jnp.cumsum(counts, axis=-1) - counts
-  rows = jnp.arange(b)[:, None]
   at1 = jnp.where(counts >= 1, start, length)
   at2 = jnp.where(counts == 2, start + 1, length)
 
   def put(v1, v2, fill=0):
     out = jnp.full((b, length), fill, jnp.int32)
-    out = out.at[rows, at1].set(v1.astype(jnp.int32), mode="drop")
-    return out.at[rows, at2].set(v2.astype(jnp.int32), mode="drop")
+    out = scatter_rows(out, at1, v1.astype(jnp.int32))
+    return scatter_rows(out, at2, v2.astype(jnp.int32))
 
   src = jnp.broadcast_to(jnp.arange(size), (b, size))
   out = {"tokens": put(first, second), "segment_ids": put(doc_ids, doc_ids),
