@@ -95,6 +95,13 @@ def train_step_section(r: dict) -> list[str]:
   out += ["", "The last column bounds any speed-up over that run on this "
           "machine: the ratio of a step doing the same model FLOPs (the "
           "zoo's count) at the best measured matmul peak."]
+  split = sorted({k.rsplit("_x", 1)[1] for rows in r["results"].values()
+                  for k in rows if "_x" in k})
+  if split:
+    out[-1] += (" A run named `_xN` is the zoo's step data-parallel over N "
+                "CPU devices of one process (`JAX_NUM_CPU_DEVICES=N`: each "
+                "device takes B/N rows; the gradient is all-reduced in "
+                "memory).")
   if r.get("note"):
     out += ["", f"Note: {r['note']}."]
   return out + [""]

@@ -3,11 +3,16 @@
     python bench/train_step.py [--models bert-base,gpt2-small,t5-small]
         [--batch 8] [--seq_len 128] [--steps 5] [--warmup 2] [--settle 1]
         [--zoo_dtypes float32,bfloat16] [--hf_modes float32,bfloat16] [--no_hf]
+        [--zoo_cpu_devices 1,2]
 
 For each model: tokens/s of forward + backward + AdamW update of
 - the zoo: the real objective (MLM, CLM, T5 span corruption) and the one
   trainer's jitted, donated step (`zoo.train_lib.make_train_step`), in
   float32 and in bfloat16 compute (bf16 matmul inputs, f32 accumulation);
+- with `--zoo_cpu_devices 1,2`, the zoo's step also data-parallel over 2
+  CPU devices of one process (`JAX_NUM_CPU_DEVICES=2`; the mesh's `data`
+  axis takes them, each device runs half the rows and the gradient is
+  all-reduced in memory), the run named `zoo_<dtype>_x2`;
 - transformers' PyTorch model of the same configuration with
   `torch.optim.AdamW`, in float32 and under `torch.autocast("cpu",
   bfloat16)`.
@@ -52,6 +57,9 @@ def parse_args(argv):
   p.add_argument("--settle", type=int, default=1,
                  help="untimed steps at the start of each run's turn")
   p.add_argument("--zoo_dtypes", default="float32,bfloat16")
+  p.add_argument("--zoo_cpu_devices", default="1",
+                 help="CPU device counts of the zoo's runs (JAX_NUM_CPU_"
+                      "DEVICES; the step is data-parallel over them)")
   p.add_argument("--size", default="",
                  help="override every model's size (e.g. tiny, for a dry run)")
   p.add_argument("--hf_modes", default="float32,bfloat16",
@@ -78,6 +86,13 @@ def parse_args(argv):
     p.error(f"unknown models {unknown}; known: {sorted(_zoo.SPECS)}")
   args.zoo_dtypes = [d for d in args.zoo_dtypes.split(",") if d]
   args.hf_modes = [m for m in args.hf_modes.split(",") if m]
+  try:
+    args.zoo_cpu_devices = [int(n) for n in args.zoo_cpu_devices.split(",")
+                            if n]
+  except ValueError:
+    p.error(f"--zoo_cpu_devices {args.zoo_cpu_devices!r}: counts, e.g. 1,2")
+  if not args.zoo_cpu_devices or min(args.zoo_cpu_devices) < 1:
+    p.error("--zoo_cpu_devices needs counts of at least 1")
   bad = sorted(set(args.zoo_dtypes + args.hf_modes) - {"float32", "bfloat16"})
   if bad:
     p.error(f"dtypes {bad} are not float32 or bfloat16")
@@ -99,10 +114,11 @@ def run_model(name, args, peaks):
           "model_args": _zoo.speed_args(name, args.attention_impl,
                                         args.scan_layers,
                                         not args.no_attention_dropout)}
-  runs = [("zoo", d) for d in args.zoo_dtypes]
-  runs += [] if args.no_hf else [("hf", m) for m in args.hf_modes]
+  runs = [("zoo", d, n) for d in args.zoo_dtypes
+          for n in args.zoo_cpu_devices]
+  runs += [] if args.no_hf else [("hf", m, 1) for m in args.hf_modes]
   warmup = max(args.warmup, 1)
-  if len(runs) == 1:
+  if len(runs) == 1 and runs[0][2] == 1:
     fn, flops, _ = _zoo.prepare_step(name, runs[0][1], args.batch,
                                      args.seq_len, spec["size"],
                                      spec["model_args"])
@@ -111,11 +127,10 @@ def run_model(name, args, peaks):
   else:
     workers = []
     try:
-      for kind, dtype in runs:
-        env = {} if kind == "zoo" or args.hf_host_malloc else {
-            "ZOO_HOST_MALLOC": "0"}
-        workers.append(_workers.Worker(kind, dict(spec, dtype=dtype, env=env),
-                                       warmup))
+      for kind, dtype, devices in runs:
+        workers.append(_workers.Worker(
+            kind, dict(spec, dtype=dtype, env=_env(kind, devices, args)),
+            warmup, run_label(kind, dtype, devices)))
       # One FLOP count per model: the first zoo run's (bf16 adds casts).
       flops = workers[0].info["flops"]
       seconds = _common.interleaved_medians(_workers.steppers(workers),
@@ -123,8 +138,20 @@ def run_model(name, args, peaks):
     finally:
       for w in workers:
         w.close()
-  return {key: _row(s, tokens, flops,
-                    peaks[key.split("_", 1)[1]]) for key, s in seconds.items()}
+  return {key: _row(s, tokens, flops, peaks[key.split("_")[1]])
+          for key, s in seconds.items()}
+
+
+def run_label(kind: str, dtype: str, devices: int) -> str:
+  """`zoo_float32`, `zoo_float32_x2` (2 CPU devices), `hf_bfloat16`."""
+  return f"{kind}_{dtype}" + (f"_x{devices}" if devices > 1 else "")
+
+
+def _env(kind: str, devices: int, args) -> dict[str, str]:
+  """A run's environment: the zoo's CPU devices, the reference's malloc."""
+  if kind == "zoo":
+    return {"JAX_NUM_CPU_DEVICES": str(devices)} if devices > 1 else {}
+  return {} if args.hf_host_malloc else {"ZOO_HOST_MALLOC": "0"}
 
 
 def _row(seconds, tokens, flops, peak):
@@ -201,7 +228,7 @@ def _final_peaks(args, info, peaks, results):
     for key, row in rows.items():
       rows[key] = _row(row["step_s"], tokens,
                        row["model_tflops_per_step"] * 1e12,
-                       peaks[key.split("_", 1)[1]])
+                       peaks[key.split("_")[1]])
   print(f"matmul peak, best of start and end: f32="
         f"{peaks['float32'] / 1e9:.0f} GFLOP/s; MFU: " + ", ".join(
             f"{n} {k} {r['mfu']:.3f}" for n, rows in results.items()

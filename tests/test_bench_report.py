@@ -61,6 +61,17 @@ def test_section_replaces_only_between_markers(tmp_path):
           in text)
   assert "| einsum | 1024 | 40.0 | 4.0 |" in text
   assert "einsum: time 2.00, memory 2.00" in text
+  assert "_xN" not in text  # no run on several CPU devices
+
+
+def test_runs_on_several_cpu_devices_are_explained(tmp_path):
+  record = json.loads(_log(tmp_path).read_text().splitlines()[2].split(
+      " ", 1)[1])
+  record["results"]["bert-base"]["zoo_float32_x2"] = _row(1.0)
+  text = "\n".join(report.train_step_section(record))
+  assert "| bert-base | zoo_float32_x2 | 1000.0 | 1024 |" in text
+  assert "| bert-base | zoo_float32 | 2000.0 | 512 | 0.006 | 2.00 |" in text
+  assert "`JAX_NUM_CPU_DEVICES=N`" in text
 
 
 def test_missing_markers_and_records_raise(tmp_path):
@@ -93,6 +104,22 @@ def test_train_step_rejects_unknown_models_and_dtypes():
     train_step.parse_args(["--hf_modes", "float16"])
   args = train_step.parse_args(["--models", "t5-small", "--no_hf"])
   assert args.models == ["t5-small"] and args.no_hf
+  with pytest.raises(SystemExit):
+    train_step.parse_args(["--zoo_cpu_devices", "1,two"])
+  with pytest.raises(SystemExit):
+    train_step.parse_args(["--zoo_cpu_devices", "0"])
+
+
+def test_train_step_runs_the_zoo_on_each_cpu_device_count():
+  import train_step  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  args = train_step.parse_args(["--zoo_cpu_devices", "1,2"])
+  assert args.zoo_cpu_devices == [1, 2]
+  assert [train_step.run_label("zoo", "float32", n) for n in (1, 2)] == [
+      "zoo_float32", "zoo_float32_x2"]
+  assert train_step._env("zoo", 2, args) == {"JAX_NUM_CPU_DEVICES": "2"}  # pylint: disable=protected-access
+  assert train_step._env("zoo", 1, args) == {}  # pylint: disable=protected-access
+  # The reference keeps glibc's allocator (one process, its own threads).
+  assert train_step._env("hf", 1, args) == {"ZOO_HOST_MALLOC": "0"}  # pylint: disable=protected-access
 
 
 def test_interleaved_medians_take_turns_after_warmup():
