@@ -1,6 +1,8 @@
 """zoo.harness.parallel: core shares, which cells a worker takes, claims."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -38,3 +40,13 @@ def test_a_worker_runs_its_command_as_one_worker_of_the_claims():
       ["zoo/compare.py", "--config", "c.py", "--workers", "2"], "/w/claims")
   assert cmd[1:4] == ["-m", "zoo.compare", "--config"]
   assert cmd[-2:] == ["--workers=1", "--claims=/w/claims"]
+
+
+def test_a_pinned_command_sees_only_its_cpus():
+  cpu = sorted(os.sched_getaffinity(0))[-1]
+  show = [sys.executable, "-c",
+          "import os, sys; print(sorted(os.sched_getaffinity(0)), "
+          "sys.argv[1:])", "a b", "c"]
+  out = subprocess.run(parallel.pinned(show, [cpu]), capture_output=True,
+                       text=True, check=True).stdout
+  assert out.strip() == f"[{cpu}] ['a b', 'c']"

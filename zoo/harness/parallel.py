@@ -98,11 +98,20 @@ def worker_command(argv: list[str], claims: str) -> list[str]:
           f"--claims={claims}"]
 
 
+def pinned(command: list[str], cpus: list[int]) -> list[str]:
+  """`command` run on `cpus` only: a fresh interpreter pins itself, then
+  becomes `command` (the mask survives `exec`). No Python code runs in a
+  fork of this process, whose JAX threads a fork would not carry."""
+  pin = ("import os, sys; os.sched_setaffinity(0, %r); "
+         "os.execv(sys.argv[1], sys.argv[1:])" % (sorted(cpus),))
+  return [sys.executable, "-c", pin, *command]
+
+
 def _start(command: list[str], cpus: list[int], log: str):
   out = open(log, "w", encoding="utf-8")  # pylint: disable=consider-using-with
   try:
-    return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                            preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+    return subprocess.Popen(pinned(command, cpus), stdout=out,
+                            stderr=subprocess.STDOUT)
   finally:
     out.close()
 
