@@ -80,6 +80,22 @@ def test_markdown_holds_every_view_floor_and_stars(results):
   pre = text.split("**pre-training**")[1].split("**minimal pairs**")[0]
   assert "| good | bert | 3.000 | 1.00M | 30 | 33,333 |" in pre
   assert "random_bert" not in pre
+  assert "MLM loss" not in pre  # every headline is the row's only loss
+
+
+def test_rows_whose_headline_is_not_the_mlm_show_their_mlm_loss():
+  records = [_record("mlm", "bert", "mlm", 0.8),
+             _record("albert", "albert", "sop", 0.7),
+             _record("clm", "gpt2", "clm", 0.6),
+             _record("random_bert", "bert", "none", 0.5)]
+  records[0]["pretrain"].update(loss=4.5, mlm_loss=4.5)
+  records[1]["pretrain"].update(loss=0.09, sentence_loss=0.09, mlm_loss=4.9)
+  pre = "\n".join(report.pretrain_table({"rows": records}))
+  assert "| row | model | final loss | MLM loss | tokens |" in pre
+  assert "| mlm | bert | 4.500 | 4.500 | 1.00M |" in pre
+  assert "| albert | albert | 0.090 | 4.900 | 1.00M |" in pre
+  assert "| clm | gpt2 | 3.000 | - | 1.00M |" in pre
+  assert "Final loss: the scheme's headline" in pre
 
 
 def test_kendall_tau_against_the_published_order():

@@ -285,21 +285,38 @@ def _t5_lines(results: dict) -> list[str]:
 
 def pretrain_table(results: dict) -> list[str]:
   """Each pre-trained row's final training loss and throughput (tokens
-  over wall seconds, compilation and checkpoints included)."""
+  over wall seconds, compilation and checkpoints included).
+
+  A row's final loss is its scheme's headline (the first part of a
+  several-part loss: ALBERT's sentence order, a student's distillation
+  term). Where that is not the masked LM's for some row that has one, an
+  "MLM loss" column gives every row's masked-LM part, the loss the rows
+  share.
+  """
   rows = [r for r in results["rows"] if r["pretrain"]]
   if not rows:
     return []
+  mlm = any("mlm_loss" in r["pretrain"] and r["pretrain"]["mlm_loss"]
+            != r["pretrain"].get("loss") for r in rows)
+  extra = " MLM loss |" if mlm else ""
   lines = ["**pre-training**", "",
-           "| row | model | final loss | tokens | seconds | tokens/s |",
-           "|---|---|---|---|---|---|"]
+           f"| row | model | final loss |{extra} tokens | seconds | "
+           "tokens/s |", "|---|---|---|" + "---|" * (4 if mlm else 3)]
   for r in rows:
     pre = r["pretrain"]
-    loss = f"{pre['loss']:.3f}" if "loss" in pre else "-"
+    cells = [_loss(pre, "loss")] + ([_loss(pre, "mlm_loss")] if mlm else [])
     rate = pre["tokens"] / pre["seconds"] if pre.get("seconds") else 0
-    lines.append(f"| {r['name']} | {r['model']} | {loss} | "
+    lines.append(f"| {r['name']} | {r['model']} | {' | '.join(cells)} | "
                  f"{pre['tokens'] / 1e6:.2f}M | {pre['seconds']:.0f} | "
                  f"{rate:,.0f} |")
-  return lines + [""]
+  note = (["", "Final loss: the scheme's headline, the first part of a "
+           "several-part loss; MLM loss: the masked-LM part, where the "
+           "scheme has one."] if mlm else [])
+  return lines + note + [""]
+
+
+def _loss(pre: dict, key: str) -> str:
+  return f"{pre[key]:.3f}" if key in pre else "-"
 
 
 def _diff(x, excludes_zero: bool) -> str:
