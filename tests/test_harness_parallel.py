@@ -21,12 +21,60 @@ def test_cpu_shares_split_the_cores_contiguously(monkeypatch):
       parallel.cpu_shares(bad)
 
 
-def test_cells_that_read_another_cell_are_left_to_the_parent():
+def test_cells_that_read_another_cell_wait_for_its_pretraining(tmp_path):
+  cells = {c.name: c for c in cells_lib.check_grid(compress.get_config())}
+  ready = lambda: {n for n, c in cells.items()
+                   if parallel.ready(c, str(tmp_path))}
+  readers = {"distil", "tinybert", "int8"}
+  assert not ready() & readers
+  assert {"teacher", "pruned50", "random_bert"} <= ready()
+  (tmp_path / "teacher").mkdir()
+  (tmp_path / "teacher" / "pretrain.json").write_text("{}")
+  assert readers <= ready()
+
+
+def test_a_worker_runs_each_cell_once_its_teacher_is_done(tmp_path):
   grid = compress.get_config()
-  taken = {c.name: parallel.independent(c)
-           for c in cells_lib.check_grid(grid)}
-  assert not taken["distil"] and not taken["tinybert"] and not taken["int8"]
-  assert taken["teacher"] and taken["pruned50"] and taken["random_bert"]
+  claims = tmp_path / "claims"
+  claims.mkdir()
+  ran = []
+
+  def run_cell(replica, cell, celldir, inputs, tick):
+    del replica, inputs, tick
+    ran.append(cell.name)
+    os.makedirs(celldir, exist_ok=True)
+    if cell.objective:
+      with open(os.path.join(celldir, "pretrain.json"), "w") as f:
+        f.write("{}")
+
+  done = parallel.work(grid, str(tmp_path / "w"), str(claims), run_cell,
+                       lambda: None, poll=0.0)
+  names = [c.name for c in cells_lib.check_grid(grid)]
+  assert done == len(names) and sorted(ran) == sorted(names)
+  assert ran.index("teacher") < min(ran.index(n) for n in
+                                    ("distil", "tinybert", "int8"))
+  assert all((claims / f"0-{n}{parallel.DONE}").exists() for n in names)
+
+
+def test_a_worker_waits_for_a_teacher_another_worker_runs(tmp_path):
+  grid = compress.get_config()
+  claims, cells = tmp_path / "claims", tmp_path / "w" / "cells"
+  claims.mkdir()
+  (claims / "0-teacher").touch()  # another worker pre-trains it
+  ran = []
+
+  def run_cell(replica, cell, celldir, inputs, tick):
+    del replica, celldir, inputs, tick
+    ran.append(cell.name)
+    if len(ran) == 3:  # meanwhile the other worker finishes the teacher
+      (cells / "teacher").mkdir(parents=True)
+      (cells / "teacher" / "pretrain.json").write_text("{}")
+
+  parallel.work(grid, str(tmp_path / "w"), str(claims), run_cell,
+                lambda: None, poll=0.0)
+  assert "teacher" not in ran
+  assert {"distil", "tinybert", "int8"} <= set(ran)
+  assert ran.index("distil") > 2  # taken on a later pass, once ready
 
 
 def test_a_claim_is_won_once(tmp_path):

@@ -50,15 +50,19 @@ LATENCY_SHAPE = (1, 128)  # batch x length of the latency column
 LATENCY_RUNS = 30
 
 
+def refs(cell) -> list[str]:
+  """The cells `cell` reads: its "@cell" options' and its `source`."""
+  out = [v[1:] for v in cell.objective_args.values()
+         if isinstance(v, str) and v.startswith(REF)]
+  return out + ([cell.source] if cell.source else [])
+
+
 def check_refs(cells) -> None:
   """Rejects a `source` or "@cell" that names no earlier cell, a `quant`
   without a `source`, or an unknown `quant`."""
   earlier = set()
   for cell in cells:
-    refs = [v[1:] for v in cell.objective_args.values()
-            if isinstance(v, str) and v.startswith(REF)]
-    refs += [cell.source] if cell.source else []
-    for ref in refs:
+    for ref in refs(cell):
       if ref not in earlier:
         raise ValueError(f"grid cell {cell.name!r} reads cell {ref!r}, which "
                          "is not an earlier cell of the grid")

@@ -12,8 +12,9 @@ parent process splits the cores into N shares and starts N workers; each
 worker claims the next unclaimed cell (an atomic file in
 `DIR/workers/claims`), pre-trains it and computes its views, writing them
 where `zoo.harness.run` would, until no cell is left. Cells that read
-another cell (a `source`, an "@cell" teacher) are left to the parent,
-which then runs the usual `run` with every core: it reads back what the
+another cell (a `source`, an "@cell" teacher) wait until that cell has
+pre-trained (a worker runs them then). The parent then runs the usual
+`run` with every core: it reads back what the
 workers stored, runs what remains, the floors and the report. A worker
 writes its log to `DIR/workers/<i>.log`.
 
@@ -54,11 +55,11 @@ def cpu_shares(count: int) -> list[list[int]]:
   return out
 
 
-def independent(cell) -> bool:
-  """Whether a cell reads no other cell (a worker may run it)."""
-  refs = [v for v in cell.objective_args.values()
-          if isinstance(v, str) and v.startswith(compressed.REF)]
-  return not refs and not cell.source
+def ready(cell, folder: str) -> bool:
+  """Whether a worker may run `cell` now: every cell it reads (a teacher,
+  a `source`) has finished pre-training in `folder`."""
+  return all(os.path.exists(os.path.join(folder, ref, "pretrain.json"))
+             for ref in compressed.refs(cell))
 
 
 def claim(folder: str, key: str) -> bool:
@@ -71,25 +72,40 @@ def claim(folder: str, key: str) -> bool:
     return False
 
 
-def work(grid, workdir: str, claims: str, run_cell, make_inputs) -> int:
-  """A worker's loop: claims and runs independent cells until none is left.
+def work(grid, workdir: str, claims: str, run_cell, make_inputs,
+         poll: float = 10.0) -> int:
+  """A worker's loop: claims and runs the cells that are ready until none
+  is left, waiting while a cell waits on one another worker runs.
 
   Returns:
     How many cells this worker ran.
   """
   inputs, done = None, 0
-  for seed, replica, folder in seeds_lib.replicas(grid, workdir):
-    for cell in cells_lib.check_grid(replica):
-      if not independent(cell) or not claim(claims, f"{seed}-{cell.name}"):
-        continue
-      inputs = inputs or make_inputs()
-      print(f"worker {os.getpid()}: {cell.name} (seed {seed})",
-            file=sys.stderr, flush=True)
-      run_cell(replica, cell, os.path.join(folder, cell.name), inputs,
-               lambda _: None)
-      claim(claims, f"{seed}-{cell.name}{DONE}")
-      done += 1
-  return done
+  while True:
+    ran, waits = 0, False
+    for seed, replica, folder in seeds_lib.replicas(grid, workdir):
+      for cell in cells_lib.check_grid(replica):
+        key = f"{seed}-{cell.name}"
+        if os.path.exists(os.path.join(claims, key)):
+          continue
+        if not ready(cell, folder):
+          waits |= all(os.path.exists(os.path.join(claims, f"{seed}-{r}"))
+                       for r in compressed.refs(cell))
+          continue
+        if not claim(claims, key):
+          continue
+        inputs = inputs or make_inputs()
+        print(f"worker {os.getpid()}: {cell.name} (seed {seed})",
+              file=sys.stderr, flush=True)
+        run_cell(replica, cell, os.path.join(folder, cell.name), inputs,
+                 lambda _: None)
+        claim(claims, f"{key}{DONE}")
+        ran += 1
+    done += ran
+    if not ran and not waits:
+      return done
+    if not ran:
+      time.sleep(poll)
 
 
 def worker_command(argv: list[str], claims: str) -> list[str]:

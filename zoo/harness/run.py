@@ -246,9 +246,9 @@ def run(grid, workdir: str, workers: int = 1,
   inputs = distributed.main_first(lambda: _Inputs(grid), "harness_inputs")
   side_by_side = None
   if workers > 1:
-    units = len(replicas) * sum(map(parallel.independent, cells))
     side_by_side = {"workers": workers, "seconds": round(
-        parallel.run_workers(argv or sys.argv, workdir, workers, units), 1)}
+        parallel.run_workers(argv or sys.argv, workdir, workers,
+                             len(replicas) * len(cells)), 1)}
   steps = len(replicas) * sum(len(views_of(grid)) + cell.pretrained
                               for cell in cells)
   steps += 1 + bool(grid.get("compare_to"))
