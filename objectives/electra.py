@@ -21,8 +21,6 @@ from objectives import transforms
 from zoo import models
 
 
-
-
 @register
 class Electra(common.Scheme):
   """Generator MLM + weighted replaced-token detection on a `Pair`."""

@@ -21,6 +21,14 @@ VOCAB = 512
 SPECIALS = objectives.Specials(vocab_size=VOCAB)
 
 
+def package_schemes() -> list[str]:
+  """The schemes the package registers (no aliases; tests register toy
+  ones of their own, which a test process may have imported first)."""
+  registry = objectives._REGISTRY  # pylint: disable=protected-access
+  return [n for n in objectives.names() if n not in objectives.aliases()
+          and registry[n].__module__.startswith("objectives.")]
+
+
 def corpus_options(name, family, size="tiny", vocab=VOCAB, **model_args):
   """What a word2vec scheme reads of a corpus, made up: every piece
   counted once, and a FastText model's n-gram ids of made-up pieces."""

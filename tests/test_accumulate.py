@@ -6,7 +6,6 @@ import jax
 import numpy as np
 import pytest
 
-import objectives
 from configs.compare import family
 from tests import objective_checks as testing
 from zoo import models
@@ -15,7 +14,7 @@ from zoo import train_lib
 
 pytestmark = pytest.mark.slow  # minutes of training runs: not the quick lane
 
-SCHEMES = [n for n in objectives.names() if n not in objectives.aliases()]
+SCHEMES = testing.package_schemes()
 
 
 def _teacher():

@@ -77,6 +77,22 @@ def test_a_worker_waits_for_a_teacher_another_worker_runs(tmp_path):
   assert ran.index("distil") > 2  # taken on a later pass, once ready
 
 
+def test_a_worker_leaves_a_cell_whose_done_source_never_pretrained(tmp_path):
+  # The teacher's claim is done but it left no pretrain.json (as a
+  # random-init source would): its readers can never become ready, so the
+  # worker returns and leaves them to the parent rather than waiting.
+  grid = compress.get_config()
+  claims = tmp_path / "claims"
+  claims.mkdir()
+  for name in ("0-teacher", f"0-teacher{parallel.DONE}"):
+    (claims / name).touch()
+  ran = []
+  parallel.work(grid, str(tmp_path / "w"), str(claims),
+                lambda r, cell, d, i, t: ran.append(cell.name), lambda: None,
+                poll=0.0)
+  assert ran and not {"teacher", "distil", "tinybert", "int8"} & set(ran)
+
+
 def test_a_claim_is_won_once(tmp_path):
   assert parallel.claim(str(tmp_path), "0-mlm")
   assert not parallel.claim(str(tmp_path), "0-mlm")

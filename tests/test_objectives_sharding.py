@@ -17,7 +17,6 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-import objectives
 from configs.compare import family
 from tests import lanes
 from tests import objective_checks as testing
@@ -28,9 +27,7 @@ from zoo.plan import hlo
 
 pytestmark = pytest.mark.slow  # a compile per scheme: not the quick lane
 
-# The package's schemes (tests register toy ones of their own).
-SCHEMES = [n for n in objectives.names() if n not in objectives.aliases()
-           and objectives._REGISTRY[n].__module__.startswith("objectives.")]  # pylint: disable=protected-access
+SCHEMES = testing.package_schemes()
 
 # Scheme -> the other rows it reads, by its definition.
 ACROSS_ROWS = {

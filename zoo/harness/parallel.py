@@ -14,9 +14,9 @@ worker claims the next unclaimed cell (an atomic file in
 where `zoo.harness.run` would, until no cell is left. Cells that read
 another cell (a `source`, an "@cell" teacher) wait until that cell has
 pre-trained (a worker runs them then). The parent then runs the usual
-`run` with every core: it reads back what the
-workers stored, runs what remains, the floors and the report. A worker
-writes its log to `DIR/workers/<i>.log`.
+`run` with every core: it reads back what the workers stored, runs what
+remains, the floors and the report. A worker writes its log to
+`DIR/workers/<i>.log`.
 
 Workers share nothing but files: no collective runs between them, and a
 cell's numbers are those of a one-process run on that share of the cores.
@@ -89,8 +89,7 @@ def work(grid, workdir: str, claims: str, run_cell, make_inputs,
         if os.path.exists(os.path.join(claims, key)):
           continue
         if not ready(cell, folder):
-          waits |= all(os.path.exists(os.path.join(claims, f"{seed}-{r}"))
-                       for r in compressed.refs(cell))
+          waits |= _running(claims, seed, compressed.refs(cell))
           continue
         if not claim(claims, key):
           continue
@@ -106,6 +105,15 @@ def work(grid, workdir: str, claims: str, run_cell, make_inputs,
       return done
     if not ran:
       time.sleep(poll)
+
+
+def _running(claims: str, seed: int, names: list[str]) -> bool:
+  """Whether workers hold every cell of `names` and one is not done yet
+  (a cell waiting on them may become ready; a done one that left no
+  pre-training, a random-init `source`, never will: the parent runs it)."""
+  held = lambda suffix: all(os.path.exists(
+      os.path.join(claims, f"{seed}-{n}{suffix}")) for n in names)
+  return held("") and not held(DONE)
 
 
 def worker_command(argv: list[str], claims: str) -> list[str]:

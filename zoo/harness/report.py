@@ -288,8 +288,7 @@ def pretrain_table(results: dict) -> list[str]:
   over wall seconds, compilation and checkpoints included).
 
   A row's final loss is its scheme's headline (the first part of a
-  several-part loss: ALBERT's sentence order, a student's distillation
-  term). Where that is not the masked LM's for some row that has one, an
+  several-part loss: the sentence-pair loss of NSP, SOP, StructBERT). Where that is not the masked LM's for some row that has one, an
   "MLM loss" column gives every row's masked-LM part, the loss the rows
   share.
   """
