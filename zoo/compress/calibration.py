@@ -26,7 +26,7 @@ def calibrate(model: nn.Module, params, batches,
     The "quant_stats" tree (for `fake_quantized(stats=...)` and
     `quantize_params`).
   """
-  def one(stats, batch):
+  def one(params, stats, batch):
     variables = {"params": params} if stats is None else {
         "params": params, STATS: stats}
     rest = {k: v for k, v in batch.items() if k != "tokens"}
@@ -34,12 +34,12 @@ def calibrate(model: nn.Module, params, batches,
       _, new = model.apply(variables, batch["tokens"], mutable=[STATS],
                            **rest, **kwargs)
     return new[STATS]
+  # The params are arguments, never constants the compiler would fold.
+  first = jax.jit(lambda p, b: one(p, None, b))
   stats, step = None, jax.jit(one)
   for batch in batches:
-    if stats is None:
-      stats = jax.jit(lambda b: one(None, b))(batch)
-    else:
-      stats = step(stats, batch)
+    stats = first(params, batch) if stats is None else step(
+        params, stats, batch)
   if stats is None:
     raise ValueError("calibration needs at least one batch")
   return stats
