@@ -3,7 +3,7 @@
     python bench/few_shot_recipe.py --workdir workdirs/demo \\
         --rows mlm,random_bert --lrs 2e-3,5e-4,1e-4 --steps 60 \\
         [--head_lrs 1,10] [--mode frozen] [--standardize 0,1]
-        [--config configs.compare.family]
+        [--config configs.compare.family] [--config MODULE:ARG]
 
 Reads the rows' backbones from a finished `zoo.compare` run of
 `--config` (the demo grid by default) and fine-tunes each on the grid's
@@ -37,7 +37,9 @@ def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--workdir", default="workdirs/demo")
   p.add_argument("--config", default="configs.compare.demo",
-                 help="module of the grid the workdir ran")
+                 help="module of the grid the workdir ran, with its "
+                 "argument after a colon (configs.compare.compress:"
+                 "teacher=small)")
   p.add_argument("--rows", default="mlm,random_bert")
   p.add_argument("--lrs", default="2e-3,5e-4,1e-4")
   p.add_argument("--steps", type=int, default=None,
@@ -50,7 +52,8 @@ def main(argv=None):
                  help="comma list of 0/1: the head standardises its pooled "
                  "features (default: the grid's)")
   args = p.parse_args(argv)
-  grid = importlib.import_module(args.config).get_config()
+  module, _, arg = args.config.partition(":")
+  grid = importlib.import_module(module).get_config(arg or None)
   inputs = run_lib._Inputs(grid)  # pylint: disable=protected-access
   cells = {c.name: c for c in cells_lib.parse_cells(grid)}
   unknown = sorted(set(args.rows.split(",")) - set(cells))
