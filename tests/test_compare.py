@@ -271,6 +271,22 @@ def test_shipped_grids_are_valid():
     demo.get_config("steps=3")
 
 
+def test_grid_arguments_set_the_few_shot_rate():
+  assert demo.get_config().few_shot.lr == demo.FT_LR
+  assert demo.get_config("ft_lr=5e-4,k=8").few_shot.to_dict() == dict(
+      demo.few_shot(k=8).to_dict(), lr=5e-4)
+  small = compress.get_config("teacher=small,lr=5e-4,ft_lr=5e-4")
+  assert small.few_shot.lr == 5e-4
+  assert {c.get("optimizer", {}).get("lr") for c in small.cells
+          if "objective" in c} == {5e-4}
+  with pytest.raises(ValueError, match="ft_lr=.fast. is not a number"):
+    demo.get_config("ft_lr=fast")
+  with pytest.raises(ValueError, match="positive"):
+    demo.get_config("ft_lr=0")
+  with pytest.raises(ValueError, match="teachers are"):
+    compress.get_config("teacher=huge")
+
+
 def test_every_family_cell_backbone_loads_for_finetuning():
   """Each scheme's `backbone()` fits the model fine-tuning builds (shapes
   only: params are zeros of the abstract init)."""

@@ -85,10 +85,13 @@ def cells(teacher: dict, steps: int) -> list[dict]:
 
 def get_config(arg: str | None = None):
   """The grid; `arg` takes the demo's `tokens=N`, `ft_steps=N`, `k=N`,
-  `teacher=mini|small` and `lr=X`, the peak pre-training rate of every
+  `ft_lr=X` (few-shot fine-tuning's rate), `teacher=mini|small` and `lr=X`, the peak pre-training rate of every
   pre-trained row (default the demo's)."""
   args = dict(p.split("=", 1) for p in (arg or "").split(",") if p)
-  teacher = TEACHERS[args.pop("teacher", "mini")]
+  name = args.pop("teacher", "mini")
+  if name not in TEACHERS:
+    raise ValueError(f"teacher={name!r}: the teachers are {sorted(TEACHERS)}")
+  teacher = TEACHERS[name]
   lr = args.pop("lr", None)
   g = demo.grid([], **demo.parse(",".join(f"{k}={v}"
                                           for k, v in args.items())))

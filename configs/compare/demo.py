@@ -29,8 +29,8 @@ VOCAB = 4000
 # within 15 minutes on a slow hour of a shared 2-core host.
 BUDGET_TOKENS = 2_900_000
 BATCH, SEQ_LEN = 32, 128
-# Few-shot recipe: K examples per class, fine-tuning steps.
-K, FT_STEPS = 32, 60
+# Few-shot recipe: K examples per class, fine-tuning steps, peak rate.
+K, FT_STEPS, FT_LR = 32, 60, 2e-3
 
 # (name, objective, model family, T5 row it mirrors[, model Config
 # overrides]). The MLM row's BERT embeds each piece beside its neighbours
@@ -60,15 +60,17 @@ def pretrain() -> ml_collections.ConfigDict:
   return c
 
 
-def few_shot(steps: int = FT_STEPS, k: int = K) -> ml_collections.ConfigDict:
+def few_shot(steps: int = FT_STEPS, k: int = K, lr: float = FT_LR
+             ) -> ml_collections.ConfigDict:
   """The one few-shot recipe: "k" and `zoo.finetune.finetune` arguments."""
   return ml_collections.ConfigDict(dict(
-      k=k, mode="full", steps=steps, batch_size=16, lr=2e-3, max_len=64,
+      k=k, mode="full", steps=steps, batch_size=16, lr=lr, max_len=64,
       max_target_len=8, pool="mean", scoring="rank"))
 
 
 def grid(cells, tasks=TASKS, seeds=SEEDS, budget: int = BUDGET_TOKENS,
-         ft_steps: int = FT_STEPS, k: int = K) -> ml_collections.ConfigDict:
+         ft_steps: int = FT_STEPS, k: int = K, ft_lr: float = FT_LR
+         ) -> ml_collections.ConfigDict:
   """A grid of `(name, objective, model, t5_row[, model_args])` cells over
   one recipe."""
   from configs.compare import t5_tables  # pylint: disable=import-outside-toplevel
@@ -84,21 +86,33 @@ def grid(cells, tasks=TASKS, seeds=SEEDS, budget: int = BUDGET_TOKENS,
   g.seeds = list(seeds)
   g.minimal_pairs = ml_collections.ConfigDict(dict(n=300))
   g.probe = ml_collections.ConfigDict(dict(max_len=64))
-  g.few_shot = few_shot(ft_steps, k)
+  g.few_shot = few_shot(ft_steps, k, ft_lr)
   g.report_split = "validation"
   g.published = {c[3]: t5_tables.PUBLISHED[c[3]] for c in cells if c[3]}
   return g
 
 
 def parse(arg: str | None) -> dict:
-  """`tokens=N,ft_steps=N,k=N` of a grid argument, as keyword arguments."""
+  """`tokens=N,ft_steps=N,k=N,ft_lr=X` of a grid argument, as keyword
+  arguments (`ft_lr`: the few-shot fine-tuning's peak rate)."""
   args = common.parse_arg(arg)
-  names = {"tokens": "budget", "ft_steps": "ft_steps", "k": "k"}
+  names = {"tokens": "budget", "ft_steps": "ft_steps", "k": "k",
+           "ft_lr": "ft_lr"}
   unknown = set(args) - set(names)
   if unknown:
-    raise ValueError(f"grid arguments are tokens=, ft_steps= and k=; got "
-                     f"{sorted(unknown)}")
-  return {names[k]: int(float(v)) for k, v in args.items()}
+    raise ValueError(f"grid arguments are tokens=, ft_steps=, k= and ft_lr=;"
+                     f" got {sorted(unknown)}")
+  out = {}
+  for key, value in args.items():
+    try:
+      out[names[key]] = (float(value) if key == "ft_lr"
+                         else int(float(value)))
+    except ValueError:
+      raise ValueError(f"grid argument {key}={value!r} is not a number"
+                       ) from None
+  if out.get("ft_lr", 1.0) <= 0:
+    raise ValueError(f"ft_lr={out['ft_lr']} must be positive")
+  return out
 
 
 def select(g: ml_collections.ConfigDict, only: str
@@ -126,7 +140,8 @@ def split_only(arg: str | None) -> tuple[str, str]:
 
 
 def get_config(arg: str | None = None):
-  """The demo grid; `arg` may set `tokens=N`, `ft_steps=N`, `k=N`, and
+  """The demo grid; `arg` may set `tokens=N`, `ft_steps=N`, `k=N`,
+  `ft_lr=X`, and
   `only=NAME+NAME...` to run just those cells (with their random inits),
   e.g. `tokens=7700000,only=mlm`."""
   only, rest = split_only(arg)
