@@ -10,6 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tests.fast_params import fast_params
+from zoo import models
 from zoo import sharding
 
 MESH = {"data": 2, "fsdp": 2, "tensor": 2}
@@ -20,6 +22,15 @@ def tokens(batch=4, length=16, vocab=512, seed=0, pad_tail=3):
   ids = np.random.RandomState(seed).randint(7, vocab - 100, (batch, length))
   ids[-1, length - pad_tail:] = 0
   return jnp.asarray(ids, jnp.int32)
+
+
+def tiny_model(family, **overrides):
+  """(model, unboxed params, tokens [4, 16]) of a family at `tiny`, without
+  dropout; the params are `fast_params`' seeded fill."""
+  _, model = models.make(family, "tiny", dropout_rate=0.0,
+                         attention_dropout_rate=0.0, **overrides)
+  x = tokens()
+  return model, nn.meta.unbox(fast_params(model, x))["params"], x
 
 
 def init(model, *args, **kw):

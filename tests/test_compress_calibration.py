@@ -2,22 +2,12 @@
 
 import types
 
-import flax.linen as nn
 import jax
 import numpy as np
 
 from tests import model_checks as mc
-from tests.fast_params import fast_params
-from zoo import models
 from zoo.compress import calibration
 from zoo.compress import quant
-
-
-def _tiny():
-  _, model = models.make("bert", "tiny", dropout_rate=0.0,
-                         attention_dropout_rate=0.0)
-  x = mc.tokens()
-  return model, nn.meta.unbox(fast_params(model, x))["params"], x
 
 
 def _apply(model, variables, x, config):
@@ -26,7 +16,7 @@ def _apply(model, variables, x, config):
 
 
 def test_calibration_is_the_moving_max_over_its_batches():
-  model, params, x = _tiny()
+  model, params, x = mc.tiny_model("bert")
   config = quant.QuantConfig(ema_decay=0.5)
   y = (x + 3) % 50
   got = calibration.calibrate(model, params, [{"tokens": x}, {"tokens": y}],
@@ -42,7 +32,7 @@ def test_calibration_is_the_moving_max_over_its_batches():
 def test_calibration_takes_the_params_as_arguments(monkeypatch):
   """Params closed over become constants that XLA folds at compile time
   (minutes for an embedding table); every program must take them."""
-  model, params, x = _tiny()
+  model, params, x = mc.tiny_model("bert")
   texts = []
 
   def spy(fn):

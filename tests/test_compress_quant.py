@@ -3,7 +3,6 @@
 import dataclasses
 import functools
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,22 +11,12 @@ import pytest
 from flax import traverse_util
 
 from tests import model_checks as mc
-from tests.fast_params import fast_params
-from zoo import models
 from zoo.compress import quant
 from zoo.compress import quant_io
 from zoo.models import blocks
 from zoo.models import layers
 
 QMAX = 127
-NO_DROPOUT = dict(dropout_rate=0.0, attention_dropout_rate=0.0)
-
-
-def _tiny(family, **overrides):
-  """(model, unboxed random params, tokens [4, 16]) of a tiny family."""
-  _, model = models.make(family, "tiny", **NO_DROPOUT, **overrides)
-  x = mc.tokens()
-  return model, nn.meta.unbox(fast_params(model, x))["params"], x
 
 
 def _calibrate(model, params, x, config=quant.QuantConfig()):
@@ -40,7 +29,7 @@ def _calibrate(model, params, x, config=quant.QuantConfig()):
 @functools.lru_cache(maxsize=None)
 def _calibrated(family):
   """(model, params, tokens, stats) of a tiny family, computed once."""
-  model, params, x = _tiny(family)
+  model, params, x = mc.tiny_model(family)
   return model, params, x, _calibrate(model, params, x)
 
 
@@ -204,7 +193,7 @@ def test_int8_path_is_close_to_fake_quant(family):
 
 def test_scanned_stack_carries_stats_and_matches_the_unrolled_one():
   _, params, x, stats = _calibrated("bert")
-  scan_model, _, _ = _tiny("bert", scan_layers=True)
+  scan_model, _, _ = mc.tiny_model("bert", scan_layers=True)
   per_layer = [params["encoder"][f"layer_{i}"] for i in range(2)]
   scan_params = dict(params, encoder={
       "layers": blocks.stack_layer_params(per_layer)})
@@ -277,15 +266,13 @@ def test_int8_apply_refuses_float_params_and_stats_must_match():
 
 
 def test_a_familys_own_scan_is_refused_with_a_clear_error():
-  _, model = models.make("xlnet", "tiny", scan_layers=True, **NO_DROPOUT)
-  x = mc.tokens()
-  params = nn.meta.unbox(fast_params(model, x))["params"]
+  model, params, x = mc.tiny_model("xlnet", scan_layers=True)
   with pytest.raises(ValueError, match="scan_layers=False"):
     _calibrate(model, params, x)
 
 
 def test_qat_without_embeddings_leaves_tables_float():
-  model, params, x = _tiny("bert")
+  model, params, x = mc.tiny_model("bert")
   config = dataclasses.replace(quant.QuantConfig(), embeddings=False)
   stats = _calibrate(model, params, x, config)
   qvars = quant.quantize_params(params, stats, config)
