@@ -196,6 +196,17 @@ def takes(name: str, option: str) -> bool:
   return option in getattr(scheme, "defaults", {})
 
 
+def model_overrides(name: str, model: str) -> dict[str, Any]:
+  """The Config fields scheme `name` sets on family `model` (e.g. MLM's
+  `nsp_head=False`): what its model differs in from the family's default."""
+  _load_all()
+  scheme = _REGISTRY.get(ALIASES.get(name, name))
+  if scheme is None:
+    raise ValueError(f"unknown objective {name!r}; registered: {names()}")
+  overrides = getattr(scheme, "overrides_for", None)
+  return dict(overrides(model)) if overrides else {}
+
+
 def build(name: str, model: str, size: str, specials: Specials,
           **options) -> Objective:
   """Binds scheme `name` (or an alias) to a model family and size."""

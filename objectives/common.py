@@ -193,13 +193,18 @@ class Scheme(objectives.Objective):
   def __init__(self, model, size, specials, model_args=None, **options):
     self.family, self.size, self.specials = model, size, specials
     self.options = take_options(self.name, options, self.defaults)
-    fields = config_fields(model)
-    args = {k: v for k, v in self.model_overrides.items() if k in fields}
+    args = self.overrides_for(model)
     args.update(model_args or {})
     self.config, self.model = models.make(
         model, size, vocab_size=specials.vocab_size, **args)
     self.interface = self._interface(model)
     self.setup()
+
+  @classmethod
+  def overrides_for(cls, family: str) -> dict[str, Any]:
+    """The scheme's `model_overrides` that family `family`'s Config has."""
+    fields = config_fields(family)
+    return {k: v for k, v in cls.model_overrides.items() if k in fields}
 
   def _interface(self, family):
     face = models.interface_of(family, self.config)

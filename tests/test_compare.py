@@ -191,6 +191,33 @@ def test_every_family_gets_its_random_init_row():
   assert names.count("random_bert") == 1
 
 
+def test_a_row_may_name_a_random_init_row_of_its_own_shape(tmp_path):
+  grid = compress.get_config()
+  parsed = {c.name: c for c in cells.parse_cells(grid)}
+  narrow = parsed["tinybert"]
+  assert narrow.baseline == "random_tinybert"
+  assert parsed["random_tinybert"].is_baseline
+  assert parsed["random_tinybert"].model_args == narrow.model_args
+  assert parsed["random_bert"].model_args == parsed["teacher"].model_args
+  assert [c.name for c in parsed.values() if c.is_baseline] == [
+      "random_bert", "random_distil", "random_tinybert",
+      "random_mobilebert", "random_albert"]
+  specials = objectives.Specials(vocab_size=4000)
+  _, config, params = cells.backbone(grid, parsed["random_tinybert"],
+                                     str(tmp_path), specials)
+  assert (config.num_layers, config.embed_dim) == (
+      narrow.model_args["num_layers"], narrow.model_args["embed_dim"])
+  assert params  # a fresh init: the teacher's workdir is never read
+  bad = ml_collections.ConfigDict(grid.to_dict())
+  bad.cells = [dict(bad.cells[0], random_row="teacher")]
+  with pytest.raises(ValueError, match="must start with 'random_'"):
+    cells.parse_cells(bad)
+  bad.cells = [dict(grid.cells[0], random_row="random_x"),
+               dict(name="random_x", model="albert")]
+  with pytest.raises(ValueError, match="random-init row of family 'bert'"):
+    cells.parse_cells(bad)
+
+
 def test_random_init_row_has_the_pretrained_backbone_architecture(tmp_path):
   grid = smoke.get_config()
   specials = objectives.Specials(vocab_size=8000)

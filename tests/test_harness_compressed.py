@@ -52,9 +52,12 @@ def test_compression_rows_run_end_to_end(tmp_path):
   results = harness_run.run(grid, str(tmp_path))
   rows = {r["name"]: r for r in results["rows"]}
   assert list(rows) == ["teacher", "distil", "int8", "pruned90",
-                        "random_bert"]
+                        "random_bert", "random_distil"]
+  assert rows["distil"]["baseline"] == "random_distil"
   foot = {n: r["footprint"] for n, r in rows.items()}
   assert foot["distil"]["params"] < foot["teacher"]["params"]
+  # The student's own random init has its shape, not the teacher's.
+  assert foot["random_distil"]["params"] == foot["distil"]["params"]
   # int8 stores about a quarter of the float bytes.
   assert foot["int8"]["bytes"] < 0.4 * foot["teacher"]["bytes"]
   assert foot["int8"]["params"] == foot["teacher"]["params"]

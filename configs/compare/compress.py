@@ -22,6 +22,11 @@ pre-trained row on the demo's token budget and rows:
   magnitude pruning to 50% and 90% zeros (Zhu & Gupta), held while it
   fine-tunes.
 
+The two students are also read beside a random init of their own shape
+(`random_distil`, `random_tinybert`): compared with the teacher-shaped
+`random_bert`, a probe or a fine-tuning run would credit or blame
+pre-training for what is the width and depth.
+
 Every row is read by the demo's three views; the compression table
 (`compare_to`) gives parameters, bytes on disk, CPU latency at batch
 1 x 128 and each view's paired difference from the teacher.
@@ -66,10 +71,12 @@ def cells(teacher: dict, steps: int) -> list[dict]:
            model_args=teacher),
       dict(name="distil", objective="distil", model="bert",
            model_args=dict(teacher, num_layers=half),
-           objective_args={"teacher": "@teacher"}),
+           objective_args={"teacher": "@teacher"},
+           random_row="random_distil"),
       dict(name="tinybert", objective="tinybert", model="bert",
            model_args=narrow,
-           objective_args={"teacher": "@teacher", "pred_weight": 1.0}),
+           objective_args={"teacher": "@teacher", "pred_weight": 1.0},
+           random_row="random_tinybert"),
       dict(name="mobilebert", objective="mlm", model="mobilebert",
            model_args=mobile),
       dict(name="albert", objective="sop", model="albert",

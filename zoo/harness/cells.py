@@ -17,7 +17,10 @@ A grid (`configs/compare/*.py`, `get_config(arg)`) is a ConfigDict:
     `quant` ("int8"), and "@<cell>" in `objective_args` for another cell's
     workdir (a distillation teacher). Every family of the grid gets a
     random-init row (`random_<family>`) whether or not the grid lists one:
-    the baseline its pre-trained rows are compared with.
+    the baseline its pre-trained rows are compared with. A row of another
+    shape than its family's first (a narrower student) may name its own,
+    `random_row` ("random_<anything>"): a fresh init of its model, made
+    when the grid does not list it.
   tasks: downstream classification tasks (`data.tasks.names()`).
   seeds: few-shot training subsets (one fine-tuning run each).
   pretrain_seeds (optional): pre-training seeds, each a replica of every
@@ -80,6 +83,7 @@ class Cell:
   quant: str = ""  # "int8": the views read the backbone quantised
   # Pre-training data fields over the grid's (CoVe: {"source": "parallel"}).
   data: dict = dataclasses.field(default_factory=dict)
+  random_row: str = ""  # its own random-init row, else the family's
 
   @property
   def pretrained(self) -> bool:
@@ -93,8 +97,8 @@ class Cell:
 
   @property
   def baseline(self) -> str:
-    """The name of the family's random-init row this row is compared with."""
-    return f"random_{self.model}"
+    """The name of the random-init row this row is compared with."""
+    return self.random_row or f"random_{self.model}"
 
 
 def _as_dict(value) -> dict:
@@ -139,7 +143,23 @@ def parse_cells(grid) -> list[Cell]:
       seen.add(cell.baseline)
       cells.append(Cell(cell.baseline, "", cell.model, cell.size, {},
                         dict(cell.model_args)))
+  _check_random_rows(cells)
   return cells
+
+
+def _check_random_rows(cells: list[Cell]) -> None:
+  """Each row's baseline is a random-init row of its own family."""
+  by_name = {c.name: c for c in cells}
+  for cell in cells:
+    base = by_name[cell.baseline]
+    if cell.is_baseline and cell.random_row:
+      raise ValueError(f"grid cell {cell.name!r} is a random-init row; "
+                       "random_row belongs on the rows compared with one")
+    if not base.is_baseline or base.model != cell.model:
+      raise ValueError(
+          f"grid cell {cell.name!r}: its random_row {cell.baseline!r} must "
+          f"be a random-init row of family {cell.model!r} (no objective, "
+          "no source)")
 
 
 def _parse_cell(grid, i: int, raw: dict) -> Cell:
@@ -151,8 +171,13 @@ def _parse_cell(grid, i: int, raw: dict) -> Cell:
   objective = raw.get("objective", "") or ""
   size = raw.get("size") or grid.pretrain.size
   name = raw.get("name") or f"{objective}_{raw['model']}_{size}"
-  if not objective and not raw.get("source"):
+  if not objective and not raw.get("source") and not (
+      name.startswith("random_") and "name" in raw):
     name = f"random_{raw['model']}"
+  if raw.get("random_row") and not str(raw["random_row"]).startswith(
+      "random_"):
+    raise ValueError(f"grid cell {name!r}: random_row "
+                     f"{raw['random_row']!r} must start with 'random_'")
   if not set(name) <= _NAME_CHARS:
     raise ValueError(f"grid cell name {name!r} is not made of lower-case "
                      "letters, digits, '_', '-', '.'")
@@ -166,7 +191,8 @@ def _parse_cell(grid, i: int, raw: dict) -> Cell:
               _as_dict(raw.get("objective_args")),
               _as_dict(raw.get("model_args")), raw.get("t5_row", "") or "",
               _as_dict(raw.get("optimizer")), raw.get("source", "") or "",
-              raw.get("quant", "") or "", _as_dict(raw.get("data")))
+              raw.get("quant", "") or "", _as_dict(raw.get("data")),
+              raw.get("random_row", "") or "")
 
 
 def check_grid(grid) -> list[Cell]:
@@ -376,17 +402,20 @@ def scorings(grid, cell: Cell) -> tuple[str, ...]:
   except ValueError:
     return ()  # no sentence score: the view says why
   found = {scoring.method(c.model, config, c.objective)
-           for c in parse_cells(grid) if c.pretrained and c.model == cell.model}
+           for c in parse_cells(grid)
+           if c.pretrained and c.baseline == cell.name}
   return tuple(sorted(found - {default}))
 
 
 def backbone(grid, cell: Cell, celldir: str, specials):
   """`(family, config, params)` a cell's views read.
 
-  A random-init row is the backbone its family's first pre-trained cell
+  A family's random-init row is the backbone its first pre-trained cell
   would start from (same objective, same config, the grid's seed), so
   the pair differs only in pre-training; a family with no pre-trained
-  cell starts from `models.make_config`.
+  cell, and a row's own `random_row` (whose scheme may start from a
+  teacher's layers), start from `models.init_params`, with the model
+  settings of the scheme (`objectives.model_overrides`).
   """
   if cell.source:
     source = next(c for c in parse_cells(grid) if c.name == cell.source)
@@ -397,15 +426,18 @@ def backbone(grid, cell: Cell, celldir: str, specials):
     state, _ = ckpt_lib.restore_replicated(celldir, int(config.steps))
     return train_lib.build_objective(config, specials).backbone(
         state["params"])
-  ref = next((c for c in parse_cells(grid)
-              if c.pretrained and c.model == cell.model), None)
-  if ref is None:
+  refs = [c for c in parse_cells(grid)
+          if c.pretrained and c.baseline == cell.name]
+  if not refs or refs[0].random_row:
+    overrides = (objectives.model_overrides(refs[0].objective, cell.model)
+                 if refs else {})
     config = models.make_config(cell.model, cell.size,
                                 vocab_size=specials.vocab_size,
-                                **model_args(grid, cell))
+                                **{**overrides, **model_args(grid, cell)})
     return cell.model, config, models.init_params(
         cell.model, config, jax.random.key(int(grid.pretrain.seed)))
-  objective = train_lib.build_objective(cell_config(grid, ref), specials)
+  objective = train_lib.build_objective(cell_config(grid, refs[0]),
+                                        specials)
   params = objective.init(jax.random.key(int(grid.pretrain.seed)),
                           train_lib.example_batch(int(grid.pretrain.seq_len)))
   return objective.backbone(nn.meta.unbox(params))
