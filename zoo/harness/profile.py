@@ -29,7 +29,8 @@ def line(profile: dict, views: tuple[str, ...]) -> str:
   tail = f"; {total:.0f} s of it compiling" if compiling else ""
   side = profile.get("side_by_side")
   if side:
-    tail += (f"; cells ran in {side['workers']} worker processes side by "
-             f"side for {side['seconds']:.0f} s of wall time, so the "
-             "stages' seconds add up to more than that")
+    tail += (f"; the last invocation ran its cells in {side['workers']} "
+             f"worker processes side by side for {side['seconds']:.0f} s of "
+             "wall time (the stages' seconds add up over the workers, and "
+             "over earlier invocations of a resumed grid)")
   return f"Time spent: {', '.join(parts)}{tail}."
