@@ -207,7 +207,9 @@ def test_a_row_may_name_a_random_init_row_of_its_own_shape(tmp_path):
                                      str(tmp_path), specials)
   assert (config.num_layers, config.embed_dim) == (
       narrow.model_args["num_layers"], narrow.model_args["embed_dim"])
-  assert params  # a fresh init: the teacher's workdir is never read
+  # A fresh init (the teacher's workdir is never read) with the scheme's
+  # model settings: no NSP head, as MLM-style schemes build BERT.
+  assert "encoder" in params and "nsp" not in params
   bad = ml_collections.ConfigDict(grid.to_dict())
   bad.cells = [dict(bad.cells[0], random_row="teacher")]
   with pytest.raises(ValueError, match="must start with 'random_'"):

@@ -92,8 +92,9 @@ def cells(teacher: dict, steps: int) -> list[dict]:
 
 def get_config(arg: str | None = None):
   """The grid; `arg` takes the demo's `tokens=N`, `ft_steps=N`, `k=N`,
-  `ft_lr=X` (few-shot fine-tuning's rate), `teacher=mini|small` and `lr=X`, the peak pre-training rate of every
-  pre-trained row (default the demo's)."""
+  `ft_lr=X` (few-shot fine-tuning's rate), `teacher=mini|small` and
+  `lr=X`, the peak pre-training rate of every pre-trained row (default
+  the demo's)."""
   args = dict(p.split("=", 1) for p in (arg or "").split(",") if p)
   name = args.pop("teacher", "mini")
   if name not in TEACHERS:

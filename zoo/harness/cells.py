@@ -428,7 +428,7 @@ def backbone(grid, cell: Cell, celldir: str, specials):
         state["params"])
   refs = [c for c in parse_cells(grid)
           if c.pretrained and c.baseline == cell.name]
-  if not refs or refs[0].random_row:
+  if not refs or cell.name != f"random_{cell.model}":
     overrides = (objectives.model_overrides(refs[0].objective, cell.model)
                  if refs else {})
     config = models.make_config(cell.model, cell.size,

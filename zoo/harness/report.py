@@ -394,8 +394,9 @@ def markdown(results: dict) -> str:
       f"Scores on the {results['split']} split (every example), point value "
       f"[95% bootstrap interval over {over} and the {seeds} few-shot "
       "training sets]. Δ: paired difference from the row's random-init "
-      "row (its family's, or its own shape's); * marks an interval that excludes zero. Minimal pairs: percent "
-      "of pairs whose grammatical sentence scores higher (50 = chance). "
+      "row (its family's, or its own shape's); * marks an interval that "
+      "excludes zero. Minimal pairs: percent of pairs whose grammatical "
+      "sentence scores higher (50 = chance). "
       "Probe: L2 logistic regression on frozen features (scalar mix of "
       "all layers, mean-pooled). Few-shot: full fine-tuning on K examples "
       "per class, text-to-text rows ranked over the label strings."), ""]
