@@ -18,7 +18,7 @@ import objectives
 from configs.compare import compress, demo, family, long, smoke, t5_tables
 import flax.linen as nn
 
-from zoo import models, train_lib
+from zoo import compile_cache, models, train_lib
 from zoo.harness import cells
 from zoo.harness import run as harness_run
 from tests.child_env import REPO, child_env
@@ -129,6 +129,29 @@ def test_smoke_grid_runs_end_to_end_and_resumes_after_sigkill(tmp_path,
   # A finished grid reruns from what is on disk alone.
   _, err = _finish(_harness(killed, cache, only="mlm"))
   assert "resumed from step" not in err and _results(killed) == want
+
+
+def test_a_random_init_row_runs_the_programs_of_its_pretrained_row(
+    smoke_run):
+  """A random init is placed as a restored checkpoint is: its views
+  compile nothing that its pre-trained row's views did not (jit keys a
+  program by its inputs' shardings too)."""
+  whole, _, _ = smoke_run
+  grid = smoke.get_config()
+  inputs = harness_run._Inputs(grid)  # pylint: disable=protected-access
+  parsed = {c.name: c for c in cells.parse_cells(grid)}
+  trained, random = (harness_run._Backbone(  # pylint: disable=protected-access
+      grid, parsed[name], os.path.join(whole, "cells", name), inputs)
+                     for name in ("mlm", "random_bert"))
+  leaves = lambda b: jax.tree_util.tree_leaves(b.get()[0].params)
+  assert ([x.sharding for x in leaves(trained)] ==
+          [x.sharding for x in leaves(random)])
+  compile_cache.watch()
+  for view in ("minimal_pairs", "probe", "few_shot"):
+    harness_run._compute(grid, inputs, view, parsed["mlm"], trained)  # pylint: disable=protected-access
+    before = compile_cache.compiles()
+    harness_run._compute(grid, inputs, view, parsed["random_bert"], random)  # pylint: disable=protected-access
+    assert compile_cache.compiles() == before, view
 
 
 def test_flops_estimate_charges_electra_and_bart_more_than_mlm():

@@ -23,8 +23,10 @@ events["folder"] = compile_cache.enable()
 f = jax.jit(lambda x: jnp.tanh(x) @ x.T)
 f(jnp.ones((8, 8))).block_until_ready()
 events["seconds"] = compile_cache.compile_seconds()
+events["compiles"] = compile_cache.compiles()
 f(jnp.ones((8, 8))).block_until_ready()  # compiled: no time added
 events["again"] = compile_cache.compile_seconds() - events["seconds"]
+events["compiled_again"] = compile_cache.compiles() - events["compiles"]
 events["zoo_hits"] = compile_cache.cache_hits()
 print(json.dumps(events))
 """
@@ -56,6 +58,8 @@ def test_a_second_process_hits_the_cache_the_first_filled(tmp_path):
   assert second["zoo_hits"] == second["hits"] and first["zoo_hits"] == 0
   for run in (first, second):
     assert run["seconds"] > 0 and run["again"] == 0
+    # Read back or compiled, each program is one backend compile.
+    assert run["compiles"] == first["misses"] and run["compiled_again"] == 0
 
 
 def test_compile_seconds_count_nested_spans_once(monkeypatch):

@@ -160,15 +160,25 @@ def restore_replicated(workdir: str, step: int | None = None,
     step = ckpt.latest_step() if step is None else step
     if step is None:
       raise FileNotFoundError(f"no complete checkpoint in {workdir}")
-    if mesh is None:
-      mesh = jax.sharding.Mesh(jax.local_devices()[:1], ("data",))
-    rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    rep = replicated(mesh)
     target = jax.tree_util.tree_map(
         lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=rep),
         ckpt.state_metadata(step))
     return ckpt.restore(step, target)
   finally:
     ckpt.close()
+
+
+def replicated(mesh: jax.sharding.Mesh | None = None
+               ) -> jax.sharding.NamedSharding:
+  """Whole copies on every device of `mesh` (default: a one-device mesh on
+  this process's first device), how `restore_replicated` places a state.
+  Arrays placed alike share their compiled programs: jit keys a program by
+  its inputs' shardings, so a random init left uncommitted would compile
+  every program a restored checkpoint of the same model already has."""
+  if mesh is None:
+    mesh = jax.sharding.Mesh(jax.local_devices()[:1], ("data",))
+  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
 
 
 def local_mesh() -> jax.sharding.Mesh:

@@ -38,7 +38,7 @@ COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
                   "/jax/core/compile/jaxpr_to_mlir_module_duration",
                   "/jax/core/compile/backend_compile_duration")
 HIT_EVENT = "/jax/compilation_cache/cache_hits"
-_watch = {"on": False, "spans": [], "hits": 0}
+_watch = {"on": False, "spans": [], "hits": 0, "compiles": 0}
 _OFF = ("0", "off", "false", "none", "no")
 
 
@@ -89,6 +89,8 @@ def suspended() -> Iterator[None]:
 def _on_span(event: str, start: float, end: float, **_) -> None:
   if event in COMPILE_EVENTS:
     _watch["spans"].append((start, end))
+  if event == COMPILE_EVENTS[-1]:
+    _watch["compiles"] += 1
 
 
 def _on_event(event: str, **_) -> None:
@@ -114,6 +116,13 @@ def compile_seconds() -> float:
       total += end - max(start, reach)
       reach = end
   return total
+
+
+def compiles() -> int:
+  """Programs the backend compiled (or read back from the persistent
+  cache) since `watch()`; a jit call that reuses a program of this process
+  counts none."""
+  return _watch["compiles"]
 
 
 def cache_hits() -> int:

@@ -434,10 +434,17 @@ def backbone(grid, cell: Cell, celldir: str, specials):
     config = models.make_config(cell.model, cell.size,
                                 vocab_size=specials.vocab_size,
                                 **{**overrides, **model_args(grid, cell)})
-    return cell.model, config, models.init_params(
-        cell.model, config, jax.random.key(int(grid.pretrain.seed)))
+    params = models.init_params(cell.model, config,
+                                jax.random.key(int(grid.pretrain.seed)))
+    return cell.model, config, _as_restored(params)
   objective = train_lib.build_objective(cell_config(grid, refs[0]),
                                         specials)
   params = objective.init(jax.random.key(int(grid.pretrain.seed)),
                           train_lib.example_batch(int(grid.pretrain.seq_len)))
-  return objective.backbone(nn.meta.unbox(params))
+  return objective.backbone(_as_restored(nn.meta.unbox(params)))
+
+
+def _as_restored(params):
+  """A random init placed as a restored checkpoint is, so a random-init
+  row runs the programs its pre-trained rows compiled."""
+  return jax.device_put(params, ckpt_lib.replicated())
