@@ -5,24 +5,25 @@ the model's bare forward at full batch.
         [--rows random_bert,random_gpt2,random_t5] [--rounds 3]
 
 For each random-init row of the grid (speed does not depend on the
-weights), two views of `zoo.compare`, each compiled first and then timed in
-turns with its reference, on this host, so the drift falls on both:
+weights), two views of `zoo.compare`, each compiled first, then timed in
+turns with its reference, round after round, so the host's drift falls on
+both:
 
 - `minimal_pairs`: `zoo.harness.minimal_pairs.run` over the grid's whole
   suite. Its work is the model rows the row's scoring runs: one masked
   copy per scored piece (pseudo-log-likelihood, T5's sentinel scoring),
-  one row per text (causal scoring). The reference runs the same scorer
-  (`zoo.scoring.score_one`) on full chunks of `CHUNK_TOKENS` pieces at
-  each text length rounded up to 8: the seconds those rows cost at the
-  forward's full batch speed.
+  one row per text (causal scoring). The reference is the same scorer
+  (`zoo.scoring.score_one`) on one full chunk of `CHUNK_TOKENS` pieces at
+  each text length rounded up to 8, times the chunks those rows fill.
 - `probe`: `zoo.harness.probe.features` over every task's training and
-  evaluation texts. The reference runs the backbone's forward on
-  pre-tokenised full chunks of the same shape (`zoo.loading._embed`).
+  evaluation texts. The reference is the backbone's forward on one chunk
+  of 128 texts tokenised beforehand (`zoo.loading._embed`), times the
+  chunks the texts fill.
 
 Each line gives a view's seconds, its reference's, and their ratio
 (`at_forward_speed`: reference / view, 1.0 = the view runs at the
-forward's full batch speed; the rest is tokenisation, chunking, padding
-and host work). The last line is the ratios.
+forward's full batch speed; the rest is tokenisation, partly filled
+chunks, padding and host work). The last line is the ratios.
 """
 
 import argparse
@@ -71,28 +72,33 @@ def scoring_rows(loaded, texts: list[str], specials) -> dict[int, int]:
   return out
 
 
-def scoring_reference(loaded, need: dict[int, int], specials):
-  """() -> None: the scorer over `need`'s rows in full chunks."""
-  how = loaded.scoring_method
+def scoring_calls(loaded, need: dict[int, int], specials) -> list:
+  """[(chunks, call)]: per length, the scorer on one full chunk of
+  `CHUNK_TOKENS` pieces, and how many chunks `need`'s rows fill (a
+  fraction for the last)."""
   sp = scoring._specials(loaded.config, specials)  # pylint: disable=protected-access
-  params = loaded.params
-  calls = []
+  out = []
   for length, rows in sorted(need.items()):
     size = max(1, scoring.CHUNK_TOKENS // length)
-    full, part = divmod(rows, size)
-    tokens = np.full((size, length), 7, np.int32)
-    at = np.full((size,), length // 2, np.int32)
-    calls.append((full, part / size, tokens, at))
-  fn = lambda tokens, at: scoring.score_one(  # pylint: disable=g-long-lambda
-      loaded.family, loaded.config, params, tokens, at, sp, how)
+    tokens = jax.numpy.full((size, length), 7, jax.numpy.int32)
+    at = jax.numpy.full((size,), length // 2, jax.numpy.int32)
+    call = lambda t=tokens, a=at: jax.block_until_ready(scoring.score_one(  # pylint: disable=g-long-lambda
+        loaded.family, loaded.config, loaded.params, t, a, sp,
+        loaded.scoring_method))
+    out.append((rows / size, call))
+  return out
 
-  def run():
-    for full, _, tokens, at in calls:
-      for _ in range(full):
-        jax.block_until_ready(fn(tokens, at))
-  # A fraction of a chunk costs its fraction of a full call.
-  fractions = [(frac, tokens, at) for _, frac, tokens, at in calls if frac]
-  return run, fractions, fn
+
+def probe_calls(loaded, texts: list[str], max_len: int,
+                batch: int = 128) -> list:
+  """[(chunks, call)]: the backbone's forward on one chunk of `batch`
+  texts tokenised beforehand, and how many chunks `texts` fill."""
+  tokens, sentences = loaded._rows(texts[:batch], max_len)  # pylint: disable=protected-access
+  sentences = None if sentences is None else jax.numpy.asarray(sentences)
+  tokens = jax.numpy.asarray(tokens)
+  call = lambda: jax.block_until_ready(loading._embed(  # pylint: disable=protected-access,g-long-lambda
+      loaded.family, loaded.config, loaded.params, tokens, sentences))
+  return [(-(-len(texts) // batch), call)]
 
 
 def probe_texts(inputs) -> list[str]:
@@ -101,73 +107,44 @@ def probe_texts(inputs) -> list[str]:
           for ex in split]
 
 
-def probe_reference(loaded, texts: list[str], max_len: int,
-                    batch: int = 128):
-  """() -> None: the forward over `texts`' chunks, tokenised beforehand."""
-  chunks = []
-  for start in range(0, len(texts), batch):
-    chunk = list(texts[start:start + batch])
-    chunk += [chunk[0]] * (batch - len(chunk))
-    tokens, sentences = loaded._rows(chunk, max_len)  # pylint: disable=protected-access
-    chunks.append((jax.numpy.asarray(tokens),
-                   None if sentences is None else jax.numpy.asarray(sentences)))
-
-  def run():
-    for tokens, sentences in chunks:
-      jax.block_until_ready(loaded_embed(loaded, tokens, sentences))
-  return run
-
-
-def loaded_embed(loaded, tokens, sentences):
-  return loading._embed(loaded.family, loaded.config, loaded.params, tokens,  # pylint: disable=protected-access
-                        sentences)
-
-
 def timed(fn) -> float:
   start = time.perf_counter()
   fn()
   return time.perf_counter() - start
 
 
+def reference_seconds(calls: list) -> float:
+  """Seconds of `calls`: each call's median of 3, times its chunks."""
+  return sum(n * _common.median_seconds(call, 3, 1) for n, call in calls)
+
+
 def measure_row(grid, inputs, cell, rounds: int) -> dict:
   """The two views of one row and their references, in turns."""
-  backbone = run_lib._Backbone(grid, cell, "", inputs)  # pylint: disable=protected-access
-  loaded, _ = backbone.get()
+  loaded, _ = run_lib._Backbone(grid, cell, "", inputs).get()  # pylint: disable=protected-access
   texts = pair_texts(inputs.pairs)
   need = scoring_rows(loaded, texts, inputs.specials)
-  ref_mp, fractions, score_fn = scoring_reference(loaded, need,
-                                                  inputs.specials)
-  max_len = int(grid.probe.max_len)
-  ptexts = probe_texts(inputs)
-  ref_probe = probe_reference(loaded, ptexts, max_len)
-  fns = {
-      "minimal_pairs": lambda: minimal_pairs.run(loaded, inputs.pairs),
-      "minimal_pairs_forward": ref_mp,
-      "probe": lambda: probe.features(loaded, ptexts, max_len),
-      "probe_forward": ref_probe}
-  for fn in fns.values():  # compile every shape
-    fn()
-  for _, tokens, at in fractions:
-    jax.block_until_ready(score_fn(tokens, at))
-  times = {k: [] for k in fns}
+  max_len, ptexts = int(grid.probe.max_len), probe_texts(inputs)
+  views = {"minimal_pairs": lambda: minimal_pairs.run(loaded, inputs.pairs),
+           "probe": lambda: probe.features(loaded, ptexts, max_len)}
+  calls = {"minimal_pairs": scoring_calls(loaded, need, inputs.specials),
+           "probe": probe_calls(loaded, ptexts, max_len)}
+  for view in views:  # compile every shape
+    views[view]()
+    reference_seconds(calls[view])
+  times = {k: [] for v in views for k in (v, f"{v}_forward")}
   for _ in range(rounds):
-    for key, fn in fns.items():
-      times[key].append(timed(fn))
+    for view, fn in views.items():
+      times[view].append(timed(fn))
+      times[f"{view}_forward"].append(reference_seconds(calls[view]))
   med = {k: statistics.median(v) for k, v in times.items()}
-  part = sum(frac * _common.median_seconds(
-      lambda t=tokens, a=at: jax.block_until_ready(score_fn(t, a)), 3, 1)
-             for frac, tokens, at in fractions)
-  med["minimal_pairs_forward"] += part
   return {
       "row": cell.name, "family": loaded.family,
       "scoring": loaded.scoring_method,
       "texts": len(texts), "model_rows": sum(need.values()),
       "probe_texts": len(ptexts),
       **{f"{k}_s": round(v, 3) for k, v in med.items()},
-      "minimal_pairs_at_forward_speed": round(
-          med["minimal_pairs_forward"] / med["minimal_pairs"], 3),
-      "probe_at_forward_speed": round(
-          med["probe_forward"] / med["probe"], 3)}
+      **{f"{v}_at_forward_speed": round(med[f"{v}_forward"] / med[v], 3)
+         for v in views}}
 
 
 def main(argv=None) -> None:
