@@ -33,10 +33,8 @@ import statistics
 import time
 
 import jax
-import numpy as np
 
 import _common  # pylint: disable=g-bad-import-order
-from objectives import noise
 from zoo import loading
 from zoo import scoring
 from zoo.harness import cells as cells_lib
@@ -66,8 +64,7 @@ def scoring_rows(loaded, texts: list[str], specials) -> dict[int, int]:
     length = int(scoring._pad_length(tokens, loaded.config).shape[1])  # pylint: disable=protected-access
     rows = 1
     if how not in scoring._WHOLE_ROW:  # pylint: disable=protected-access
-      real = tokens != loaded.config.pad_id
-      rows = int((real & np.asarray(noise.eligible(tokens, specials))).sum())
+      rows = int(scoring.scored_pieces(tokens, loaded.config, specials).sum())
     out[length] = out.get(length, 0) + rows
   return out
 

@@ -201,13 +201,18 @@ def score(family: str, config, params, tokens: np.ndarray, specials,
     fn = lambda rows: score_one(family, config, params, jnp.asarray(rows),
                                 None, sp, how)
     return _chunked(fn, (tokens,), b, t)
-  ordinary = (tokens != config.pad_id) & np.asarray(
-      noise.eligible(tokens, sp))
-  rows, at = np.nonzero(ordinary)
+  rows, at = np.nonzero(scored_pieces(tokens, config, sp))
   fn = lambda r, a: score_one(family, config, params, jnp.asarray(tokens[r]),
                               jnp.asarray(a), sp, how)
   per_piece = _chunked(fn, (rows, at), len(rows), t)
   return np.bincount(rows, per_piece, minlength=b).astype(np.float32)
+
+
+def scored_pieces(tokens: np.ndarray, config, specials) -> np.ndarray:
+  """bool [B,T]: the pieces a per-piece scoring scores (one model row
+  each): real, not padding, and eligible for corruption."""
+  sp = _specials(config, specials)
+  return (tokens != config.pad_id) & np.asarray(noise.eligible(tokens, sp))
 
 
 def _specials(config, specials) -> objectives.Specials:
