@@ -13,6 +13,7 @@ those dropout needs: each element is kept with probability 1 - rate
 (to 2**-32), independently across elements and across keys.
 """
 
+import dataclasses
 import math
 
 import flax.linen as nn
@@ -32,6 +33,11 @@ def _mix32(x: Array) -> Array:
   return x ^ (x >> 16)
 
 
+def seeds(key: Array) -> Array:
+  """The two uint32 seed words a key gives every mask (one threefry call)."""
+  return jax.random.bits(key, (2,), jnp.uint32)
+
+
 def keep_mask(key: Array, rate: float, shape: tuple[int, ...]) -> Array:
   """A bool mask of `shape`, True with probability `1 - rate` per element.
 
@@ -47,9 +53,9 @@ def keep_mask(key: Array, rate: float, shape: tuple[int, ...]) -> Array:
   if size >= 2**32:
     raise ValueError(f"dropout over {size} elements needs a 64-bit counter; "
                      "split the tensor (at most 2**32 - 1 elements)")
-  seeds = jax.random.bits(key, (2,), jnp.uint32)
+  words = seeds(key)
   counter = jax.lax.iota(jnp.uint32, size).reshape(shape)
-  bits = _mix32(_mix32(counter ^ seeds[0]) + seeds[1])
+  bits = _mix32(_mix32(counter ^ words[0]) + words[1])
   threshold = np.uint32(min(round(rate * 2.0**32), 2**32 - 1))
   return bits >= threshold
 
@@ -75,6 +81,24 @@ def drop(key: Array, x: Array, rate: float, shape: tuple[int, ...]) -> Array:
                    jnp.zeros((), x.dtype))
 
 
+@dataclasses.dataclass(frozen=True)
+class KeyedDropout:
+  """Dropout over a whole array with a key drawn beforehand: a callable
+  like `Dropout`, whose key and rate a kernel that draws the same mask
+  itself can read (`zoo.models.cpu_attention`).
+
+  Attributes:
+    key: the jax random key of the mask.
+    rate: drop probability in [0, 1).
+  """
+  key: Array
+  rate: float
+
+  def __call__(self, x: Array) -> Array:
+    """x [...] -> x with elements zeroed at `rate` and the rest scaled."""
+    return drop(self.key, x, self.rate, x.shape)
+
+
 class Dropout(nn.Module):
   """Inverted dropout with the counter-hash mask (same face as flax's).
 
@@ -96,6 +120,8 @@ class Dropout(nn.Module):
       return x
     if self.rate >= 1.0:
       return jnp.zeros_like(x)
-    keep = keep_mask(self.make_rng(self.rng_collection), self.rate, x.shape)
-    scale = jnp.asarray(1.0 / (1.0 - self.rate), x.dtype)
-    return jnp.where(keep, x * scale, jnp.zeros((), x.dtype))
+    return drop(self.make_rng(self.rng_collection), x, self.rate, x.shape)
+
+  def keyed(self) -> KeyedDropout:
+    """The mask key this module's call would draw, as a `KeyedDropout`."""
+    return KeyedDropout(self.make_rng(self.rng_collection), self.rate)

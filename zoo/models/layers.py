@@ -39,6 +39,7 @@ from zoo.models.positions import (  # pylint: disable=unused-import
 from zoo.models.dense import (  # pylint: disable=unused-import
     Dense, Initializer, compute_dtype, default_init, einsum, fan_in_init,
     matmul_precision, param_with_axes)
+from zoo.models import cpu_attention
 from zoo.models import masks as masks_lib
 from zoo.models import splash
 
@@ -194,9 +195,13 @@ def attention(q: Array, k: Array, v: Array, *, mask=None,
     impl: "einsum" (exact, supports dropout), "xla" or "cudnn"
       (`jax.nn.dot_product_attention`), "splash" (the TPU kernel of
       `zoo.models.splash`; a `Segmented` mask, no bias, no dropout, T a
-      multiple of 128), or "auto": splash on TPU where it applies, cuDNN
-      flash attention on GPU in bfloat16, else einsum.
-    dropout: applied to the attention probabilities (forces "einsum").
+      multiple of 128), "cpu" (the CPU kernel of `zoo.models.cpu_attention`
+      on CPU, einsum elsewhere; float32, H <= 64, dropout a `KeyedDropout`),
+      or "auto": splash on TPU where it applies, cuDNN flash attention on
+      GPU in bfloat16, the CPU kernel where `cpu_attention.applies`, else
+      einsum.
+    dropout: applied to the attention probabilities (forces "einsum",
+      except a `dropout.KeyedDropout`, which the CPU kernel draws itself).
 
   Returns:
     [B, T, N, H] float32.
@@ -204,12 +209,23 @@ def attention(q: Array, k: Array, v: Array, *, mask=None,
   cdtype = compute_dtype(dtype)
   scale = q.shape[-1] ** -0.5 if scale is None else scale
   mask, segmented = _dense_mask(mask)
-  if impl not in ("auto", "einsum", "xla", "cudnn", "splash"):
+  if impl not in ("auto", "einsum", "xla", "cudnn", "splash", "cpu"):
     raise ValueError(f"unknown attention impl {impl!r}")
   fits = splash.applies(q.shape[1], k.shape[1], segmented, bias, dropout)
   auto = impl == "auto"
   if auto:
     impl = splash.auto_impl(cdtype == jnp.bfloat16, fits)
+    if (impl == "einsum" and splash.platform() == "cpu"
+        and cpu_attention.applies(q, k, cdtype, dropout)):
+      impl = "cpu"
+  if impl == "cpu":
+    reason = cpu_attention.why_not(q, k, cdtype, dropout)
+    if reason:
+      raise ValueError(f"the CPU attention kernel cannot take {reason}")
+    dense = lambda: _dense_attention(q, k, v, mask, bias, scale, cdtype,  # pylint: disable=g-long-lambda
+                                     dropout)
+    return cpu_attention.attention(q, k, v, mask, bias, scale, dropout,
+                                   dense)
   if impl == "splash":
     if not fits:
       raise ValueError("splash attention needs a Segmented self-attention "
@@ -291,6 +307,8 @@ class MultiHeadAttention(nn.Module):
     dropout = None
     if self.dropout_rate > 0 and not deterministic:
       dropout = Dropout(self.dropout_rate, deterministic=False)
+      if self.dropout_rate < 1:  # a key the CPU kernel can draw from too
+        dropout = dropout.keyed()
     out = attention(q, k, v, mask=mask, bias=bias, scale=self.scale,
                     dtype=self.dtype, impl=self.impl, dropout=dropout)
     return Dense(self.out_features or x.shape[-1], ("heads", "kv", "embed"),

@@ -1,0 +1,136 @@
+"""The CPU attention kernel against the einsum attention it stands in for."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from zoo.models import cpu_attention, layers
+from zoo.models import dropout as dropout_lib
+
+# (B, T, S, N, H, dropout rate, bias, mask shape): the tiny models' shape,
+# odd lengths and head dims, every mask and bias broadcast, a query with no
+# key (row 1 of batch 0 is all False), the largest head dim.
+CASES = [
+    (4, 32, 32, 4, 16, 0.1, False, "b1ts"),
+    (3, 37, 29, 3, 24, 0.2, True, "b1ts"),
+    (2, 5, 7, 2, 64, 0.0, True, "1nts"),
+    (2, 9, 9, 1, 8, 0.5, False, "bts"),
+    (1, 6, 11, 2, 5, 0.0, False, None),
+]
+
+
+def _inputs(b, t, s, n, h, with_bias, mask_shape):
+  ks = jax.random.split(jax.random.PRNGKey(b * 100 + t), 6)
+  q = jax.random.normal(ks[0], (b, t, n, h))
+  k, v = (jax.random.normal(x, (b, s, n, h)) for x in ks[1:3])
+  dout = jax.random.normal(ks[3], (b, t, n, h))
+  shapes = {"b1ts": (b, 1, t, s), "1nts": (1, n, t, s), "bts": (b, t, s)}
+  mask = None
+  if mask_shape:
+    mask = jax.random.bernoulli(ks[4], 0.8, shapes[mask_shape])
+    mask = mask.at[0, ..., 1, :].set(False)
+  bias = jax.random.normal(ks[5], (1, n, t, s)) if with_bias else None
+  return q, k, v, dout, mask, bias
+
+
+def _loss_and_grads(impl, q, k, v, dout, mask, bias, dropout):
+  def loss(q, k, v, bias):
+    out = layers.attention(q, k, v, mask=mask, bias=bias, impl=impl,
+                           dropout=dropout)
+    return jnp.sum(out * dout)
+  argnums = (0, 1, 2, 3) if bias is not None else (0, 1, 2)
+  return jax.jit(jax.value_and_grad(loss, argnums))(q, k, v, bias)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
+def test_the_kernel_matches_einsum_attention_and_its_gradients(case):
+  b, t, s, n, h, rate, with_bias, mask_shape = case
+  q, k, v, dout, mask, bias = _inputs(b, t, s, n, h, with_bias, mask_shape)
+  drop = (dropout_lib.KeyedDropout(jax.random.PRNGKey(7), rate)
+          if rate else None)
+  want = _loss_and_grads("einsum", q, k, v, dout, mask, bias, drop)
+  got = _loss_and_grads("cpu", q, k, v, dout, mask, bias, drop)
+  np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+  for g, w in zip(got[1], want[1]):
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * np.abs(w).max())
+
+
+def test_the_kernel_draws_the_einsum_dropout_mask():
+  q, k, v, _, mask, _ = _inputs(2, 16, 16, 2, 8, False, "b1ts")
+  drop = dropout_lib.KeyedDropout(jax.random.PRNGKey(3), 0.5)
+  run = lambda impl, d: layers.attention(q, k, v, mask=mask, impl=impl,  # pylint: disable=g-long-lambda
+                                         dropout=d)
+  kept = run("cpu", drop)
+  np.testing.assert_allclose(kept, run("einsum", drop), atol=1e-5)
+  # Half the probabilities dropped: far from the output without dropout.
+  assert np.abs(kept - run("cpu", None)).max() > 0.1
+
+
+def test_a_keyed_dropout_draws_the_mask_of_its_module():
+  class Probs(nn.Module):
+    keyed: bool
+
+    @nn.compact
+    def __call__(self, x):
+      drop = layers.Dropout(0.3, deterministic=False)
+      return drop.keyed()(x) if self.keyed else drop(x)
+
+  x = jnp.ones((2, 3, 5, 5))
+  rngs = {"dropout": jax.random.PRNGKey(11)}
+  outs = [Probs(keyed).apply({}, x, rngs=rngs) for keyed in (False, True)]
+  np.testing.assert_array_equal(outs[0], outs[1])
+  assert 0 < float((outs[0] == 0).mean()) < 1
+
+
+def _lowered(monkeypatch, devices, impl="auto", platforms=None):
+  monkeypatch.setattr(jax, "device_count", lambda: devices)
+  q, k, v, _, mask, _ = _inputs(2, 8, 8, 2, 8, False, "b1ts")
+  fn = jax.jit(lambda q, k, v: layers.attention(q, k, v, mask=mask,
+                                                impl=impl))
+  traced = fn.trace(q, k, v)
+  lowered = (traced.lower(lowering_platforms=platforms) if platforms
+             else traced.lower())
+  return lowered.as_text()
+
+
+def test_auto_takes_the_kernel_on_one_cpu_device_only(monkeypatch):
+  assert "zoo_attention_forward" in _lowered(monkeypatch, 1)
+  assert "zoo_attention_forward" not in _lowered(monkeypatch, 8)
+  monkeypatch.setenv(cpu_attention.ENV, "0")
+  assert "zoo_attention_forward" not in _lowered(monkeypatch, 1)
+
+
+def test_other_platforms_lower_the_einsum_attention(monkeypatch):
+  text = _lowered(monkeypatch, 1, impl="cpu", platforms=("tpu",))
+  assert "zoo_attention_forward" not in text
+  assert "exponential" in text
+
+
+@pytest.mark.parametrize("dtype, h, error", [
+    ("bfloat16", 8, "compute dtype bfloat16"),
+    ("float32", 65, "head dim 65 above 64"),
+])
+def test_what_the_kernel_cannot_take_is_named(dtype, h, error):
+  q = jnp.ones((1, 4, 1, h))
+  with pytest.raises(ValueError, match=error):
+    layers.attention(q, q, q, impl="cpu", dtype=dtype)
+
+
+def test_a_module_dropout_is_refused_by_name():
+  q = jnp.ones((1, 4, 1, 8))
+  with pytest.raises(ValueError, match="not a KeyedDropout"):
+    layers.attention(q, q, q, impl="cpu", dropout=lambda p: p)
+
+
+def test_a_failed_build_is_an_error_naming_the_compiler(monkeypatch,
+                                                        tmp_path):
+  monkeypatch.setattr(cpu_attention, "_state", {})
+  monkeypatch.setenv("ZOO_KERNEL_DIR", str(tmp_path))
+  monkeypatch.setenv("CXX", "no-such-compiler")
+  with pytest.raises(RuntimeError, match="no-such-compiler"):
+    cpu_attention.library()
+  with pytest.warns(UserWarning, match="using XLA's"):
+    assert not cpu_attention.available()
+  assert not list(tmp_path.glob("*.so"))

@@ -1,0 +1,234 @@
+"""Dense attention as one CPU kernel (`cpu_attention.cc`, through XLA's FFI).
+
+XLA:CPU runs a dense attention as a chain of passes over [B, N, T, S]
+arrays (logits, mask, softmax's max, exponent and sum, dropout, both
+products, and as many again backward), each far below the matmul peak at
+the small head sizes the harness trains. The kernel takes one (batch row,
+head) at a time and computes a query row's logits, mask, softmax, dropout
+and products together, while the row is in cache; the backward pass
+recomputes each row instead of reading stored probabilities.
+
+Its numbers are `layers._dense_attention`'s up to float rounding, dropout
+included: the keep bits are `zoo.models.dropout`'s counter hash of the
+same flat [B, N, T, S] index, so both draw the same mask from one key.
+
+`layers.attention(impl="auto")` uses it where it applies (`applies`):
+float32 compute, H <= 64, no dropout or a `KeyedDropout`, a process with
+one device (the kernel has no sharding rule: a sharded batch would be
+gathered first), and a kernel that builds. Other platforms lower the dense
+einsum instead (`lax.platform_dependent`), so a CPU host still plans TPU
+programs. The library is compiled with the host's C++ compiler on first
+use (`library`), into `<data dir>/kernels` (or `$ZOO_KERNEL_DIR`), once
+per source, jaxlib version and machine. `ZOO_CPU_ATTENTION=0` keeps
+"auto" on the einsum.
+"""
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import jaxlib
+import numpy as np
+
+from zoo.models import dropout as dropout_lib
+
+Array = jax.Array
+
+ENV = "ZOO_CPU_ATTENTION"
+SOURCE = Path(__file__).with_suffix(".cc")
+MAX_HEAD_DIM = 64
+_FLAGS = ("-O3", "-march=native", "-std=c++17", "-fPIC", "-shared",
+          "-fno-math-errno")
+_FORWARD, _BACKWARD = "zoo_attention_forward", "zoo_attention_backward"
+_state: dict = {}
+
+
+def kernel_dir() -> Path:
+  """Where built kernels live: `$ZOO_KERNEL_DIR`, else `<data dir>/kernels`."""
+  if os.environ.get("ZOO_KERNEL_DIR"):
+    return Path(os.environ["ZOO_KERNEL_DIR"])
+  import data  # pylint: disable=import-outside-toplevel
+  return data.data_dir() / "kernels"
+
+
+def _build(target: Path) -> None:
+  compiler = os.environ.get("CXX", "g++")
+  include = jax.ffi.include_dir()
+  target.parent.mkdir(parents=True, exist_ok=True)
+  with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+    out = Path(tmp) / target.name
+    cmd = [compiler, *_FLAGS, "-I", include, str(SOURCE), "-o", str(out)]
+    try:
+      run = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    except FileNotFoundError as e:
+      raise RuntimeError(f"no C++ compiler {compiler!r} to build the CPU "
+                         "attention kernel (set CXX)") from e
+    if run.returncode:
+      raise RuntimeError(f"building the CPU attention kernel failed "
+                         f"({' '.join(cmd)}):\n{run.stderr[-2000:]}")
+    os.replace(out, target)  # atomic: processes may build side by side
+
+
+def library() -> Path:
+  """The built kernel library (compiled on first use), registered with XLA.
+
+  Raises:
+    RuntimeError: when the compiler is missing or the build fails.
+  """
+  if "path" in _state:
+    return _state["path"]
+  if "error" in _state:
+    raise RuntimeError(_state["error"])
+  key = hashlib.sha256(SOURCE.read_bytes() + " ".join(
+      (*_FLAGS, jaxlib.__version__, platform.machine())).encode())
+  target = kernel_dir() / f"cpu_attention-{key.hexdigest()[:16]}.so"
+  try:
+    if not target.exists():
+      _build(target)
+    lib = ctypes.cdll.LoadLibrary(str(target))
+  except (OSError, RuntimeError) as e:
+    _state["error"] = str(e)
+    raise RuntimeError(str(e)) from e
+  for name, symbol in ((_FORWARD, lib.ZooAttentionForward),
+                       (_BACKWARD, lib.ZooAttentionBackward)):
+    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(symbol),
+                                platform="cpu")
+  _state["path"] = target
+  return target
+
+
+def available() -> bool:
+  """Whether the kernel builds and loads here (warns once when not)."""
+  try:
+    library()
+    return True
+  except RuntimeError as e:
+    if not _state.get("warned"):
+      _state["warned"] = True
+      warnings.warn(f"CPU attention kernel unavailable, using XLA's: {e}")
+    return False
+
+
+def why_not(q: Array, k: Array, cdtype, dropout) -> str | None:
+  """Why the kernel cannot take this call (None = it can)."""
+  b, t, n, h = q.shape
+  if cdtype != jnp.float32:
+    return f"compute dtype {jnp.dtype(cdtype).name}, not float32"
+  if h > MAX_HEAD_DIM:
+    return f"head dim {h} above {MAX_HEAD_DIM}"
+  if dropout is not None and not isinstance(dropout,
+                                            dropout_lib.KeyedDropout):
+    return "attention dropout that is not a KeyedDropout"
+  if b * n * t * k.shape[1] >= 2**32:
+    return "more than 2**32 - 1 attention probabilities"
+  return None
+
+
+def applies(q: Array, k: Array, cdtype, dropout) -> bool:
+  """Whether `impl="auto"` takes the kernel for this call (never with
+  `ZOO_CPU_ATTENTION=0` in the environment)."""
+  if os.environ.get(ENV, "1").strip().lower() in ("0", "off", "false", "no"):
+    return False
+  return (jax.device_count() == 1 and why_not(q, k, cdtype, dropout) is None
+          and available())
+
+
+def _full(x: Array | None, b: int, n: int, t: int, s: int, dtype) -> Array:
+  """x broadcast to [B|1, N|1, T, S] (a [1, 1, 1, 1] stand-in for None)."""
+  if x is None:
+    return jnp.zeros((1, 1, 1, 1), dtype)
+  lead = (b if x.shape[0] > 1 else 1, n if x.shape[1] > 1 else 1)
+  return jnp.broadcast_to(x.astype(dtype), (*lead, t, s))
+
+
+def attention(q: Array, k: Array, v: Array, mask: Array | None,
+              bias: Array | None, scale: float, dropout, dense) -> Array:
+  """The kernel on CPU, `dense()` on every other platform.
+
+  Args:
+    q: [B, T, N, H]; k, v: [B, S, N, H].
+    mask: bool [B|1, N|1, T, S] (or broadcastable), True = may attend.
+    bias: float [B|1, N|1, T, S] (or broadcastable), added to the logits.
+    scale: logit scale.
+    dropout: None or a `dropout.KeyedDropout` on the probabilities.
+    dense: () -> [B, T, N, H], the einsum attention of the same call.
+
+  Returns:
+    [B, T, N, H] float32.
+  """
+  library()
+  b, t, n, _ = q.shape
+  s = k.shape[1]
+  mask_full = _full(mask, b, n, t, s, jnp.bool_)
+  bias_full = _full(bias, b, n, t, s, jnp.float32)
+  rate = 0.0 if dropout is None else float(dropout.rate)
+  seeds = (jnp.zeros((2,), jnp.uint32) if dropout is None
+           else dropout_lib.seeds(dropout.key))
+  static = (float(scale), rate, mask is not None, bias is not None)
+  kernel = lambda *a: _kernel(*a, static)  # pylint: disable=unnecessary-lambda-assignment
+  return jax.lax.platform_dependent(
+      q.astype(jnp.float32), k.astype(jnp.float32), v.astype(jnp.float32),
+      mask_full, bias_full, seeds, cpu=kernel, default=lambda *_: dense())
+
+
+def _bases(b: int, n: int, t: int, s: int) -> tuple[Array, Array]:
+  """The flat [B, N, T, S] index of (b, n, 0, 0) as row + head parts."""
+  rows = jnp.arange(b, dtype=jnp.uint32) * np.uint32(n * t * s)
+  heads = jnp.arange(n, dtype=jnp.uint32) * np.uint32(t * s)
+  return rows, heads
+
+
+def _attrs(static) -> dict:
+  scale, rate, has_mask, has_bias = static
+  return dict(scale=np.float32(scale), rate=np.float32(rate),
+              has_mask=has_mask, has_bias=has_bias)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
+def _kernel(q, k, v, mask, bias, seeds, static):
+  return _forward(q, k, v, mask, bias, seeds, static)[0]
+
+
+def _forward(q, k, v, mask, bias, seeds, static):
+  b, t, n, _ = q.shape
+  rows, heads = _bases(b, n, t, k.shape[1])
+  out = jax.ffi.ffi_call(_FORWARD, jax.ShapeDtypeStruct(q.shape, jnp.float32),
+                         vmap_method="sequential")(
+                             q, k, v, mask, bias, seeds, rows, heads,
+                             **_attrs(static))
+  return out, (q, k, v, mask, bias, seeds)
+
+
+def _backward(static, res, g):
+  q, k, v, mask, bias, seeds = res
+  b, t, n, _ = q.shape
+  s = k.shape[1]
+  has_bias = static[3]
+  rows, heads = _bases(b, n, t, s)
+  shapes = (q.shape, k.shape, v.shape, (b, n, t, s) if has_bias else (1,))
+  dq, dk, dv, ds = jax.ffi.ffi_call(
+      _BACKWARD, tuple(jax.ShapeDtypeStruct(x, jnp.float32) for x in shapes),
+      vmap_method="sequential")(q, k, v, mask, bias, seeds, rows, heads,
+                                g.astype(jnp.float32), **_attrs(static))
+  dbias = jnp.zeros_like(bias)
+  if has_bias:
+    axes = tuple(i for i in range(2) if bias.shape[i] == 1 < ds.shape[i])
+    dbias = ds.sum(axes, keepdims=True)
+  seeds_ct = np.zeros(seeds.shape, jax.dtypes.float0)
+  mask_ct = np.zeros(mask.shape, jax.dtypes.float0)
+  return dq, dk, dv, mask_ct, dbias, seeds_ct
+
+
+_kernel.defvjp(_forward, _backward)
+
+
+if __name__ == "__main__":
+  print(library())
