@@ -9,15 +9,18 @@ import pytest
 from zoo.models import cpu_attention, layers
 from zoo.models import dropout as dropout_lib
 
-# (B, T, S, N, H, dropout rate, bias, mask shape): the tiny models' shape,
-# odd lengths and head dims, every mask and bias broadcast, a query with no
-# key (row 1 of batch 0 is all False), the largest head dim.
+# (B, T, S, N, H, dropout rate, bias shape, mask): the tiny models' shape, odd
+# lengths and head dims, every mask and bias broadcast, a query with no key
+# (row 1 of batch 0 is all False), the largest head dim, and the masks whose
+# rows end early (causal; padded keys), whose masked tails the kernel skips.
 CASES = [
-    (4, 32, 32, 4, 16, 0.1, False, "b1ts"),
-    (3, 37, 29, 3, 24, 0.2, True, "b1ts"),
-    (2, 5, 7, 2, 64, 0.0, True, "1nts"),
-    (2, 9, 9, 1, 8, 0.5, False, "bts"),
-    (1, 6, 11, 2, 5, 0.0, False, None),
+    (4, 32, 32, 4, 16, 0.1, None, "b1ts"),
+    (3, 37, 29, 3, 24, 0.2, "1nts", "b1ts"),
+    (2, 5, 7, 2, 64, 0.0, "bnts", "1nts"),
+    (2, 9, 9, 1, 8, 0.5, None, "bts"),
+    (1, 6, 11, 2, 5, 0.0, "b1ts", None),
+    (2, 40, 40, 2, 16, 0.1, "1nts", "causal"),
+    (3, 35, 35, 2, 16, 0.1, None, "padded"),
 ]
 
 
@@ -28,10 +31,18 @@ def _inputs(b, t, s, n, h, with_bias, mask_shape):
   dout = jax.random.normal(ks[3], (b, t, n, h))
   shapes = {"b1ts": (b, 1, t, s), "1nts": (1, n, t, s), "bts": (b, t, s)}
   mask = None
-  if mask_shape:
+  if mask_shape == "causal":
+    mask = jnp.tril(jnp.ones((1, 1, t, s), bool))
+  elif mask_shape == "padded":
+    keys = jnp.arange(s) < jnp.array([s, 17, 3])[:b, None]
+    mask = jnp.broadcast_to(keys[:, None, None, :], (b, 1, t, s))
+  if mask_shape in ("b1ts", "1nts", "bts"):
     mask = jax.random.bernoulli(ks[4], 0.8, shapes[mask_shape])
     mask = mask.at[0, ..., 1, :].set(False)
-  bias = jax.random.normal(ks[5], (1, n, t, s)) if with_bias else None
+  bias = None
+  if with_bias:
+    shape = {"1nts": (1, n, t, s), "bnts": (b, n, t, s), "b1ts": (b, 1, t, s)}
+    bias = jax.random.normal(ks[5], shape[with_bias])
   return q, k, v, dout, mask, bias
 
 
@@ -58,7 +69,7 @@ def test_the_kernel_matches_einsum_attention_and_its_gradients(case):
 
 
 def test_the_kernel_draws_the_einsum_dropout_mask():
-  q, k, v, _, mask, _ = _inputs(2, 16, 16, 2, 8, False, "b1ts")
+  q, k, v, _, mask, _ = _inputs(2, 16, 16, 2, 8, None, "b1ts")
   drop = dropout_lib.KeyedDropout(jax.random.PRNGKey(3), 0.5)
   run = lambda impl, d: layers.attention(q, k, v, mask=mask, impl=impl,  # pylint: disable=g-long-lambda
                                          dropout=d)
@@ -86,7 +97,7 @@ def test_a_keyed_dropout_draws_the_mask_of_its_module():
 
 def _lowered(monkeypatch, devices, impl="auto", platforms=None):
   monkeypatch.setattr(jax, "device_count", lambda: devices)
-  q, k, v, _, mask, _ = _inputs(2, 8, 8, 2, 8, False, "b1ts")
+  q, k, v, _, mask, _ = _inputs(2, 8, 8, 2, 8, None, "b1ts")
   fn = jax.jit(lambda q, k, v: layers.attention(q, k, v, mask=mask,
                                                 impl=impl))
   traced = fn.trace(q, k, v)

@@ -44,6 +44,7 @@ Array = jax.Array
 
 ENV = "ZOO_CPU_ATTENTION"
 SOURCE = Path(__file__).with_suffix(".cc")
+HEADER = SOURCE.with_name("cpu_attention_simd.h")
 MAX_HEAD_DIM = 64
 _FLAGS = ("-O3", "-march=native", "-std=c++17", "-fPIC", "-shared",
           "-fno-math-errno")
@@ -87,7 +88,7 @@ def library() -> Path:
     return _state["path"]
   if "error" in _state:
     raise RuntimeError(_state["error"])
-  key = hashlib.sha256(SOURCE.read_bytes() + " ".join(
+  key = hashlib.sha256(SOURCE.read_bytes() + HEADER.read_bytes() + " ".join(
       (*_FLAGS, jaxlib.__version__, platform.machine())).encode())
   target = kernel_dir() / f"cpu_attention-{key.hexdigest()[:16]}.so"
   try:
@@ -213,15 +214,12 @@ def _backward(static, res, g):
   s = k.shape[1]
   has_bias = static[3]
   rows, heads = _bases(b, n, t, s)
-  shapes = (q.shape, k.shape, v.shape, (b, n, t, s) if has_bias else (1,))
+  shapes = (q.shape, k.shape, v.shape, bias.shape if has_bias else (1,))
   dq, dk, dv, ds = jax.ffi.ffi_call(
       _BACKWARD, tuple(jax.ShapeDtypeStruct(x, jnp.float32) for x in shapes),
       vmap_method="sequential")(q, k, v, mask, bias, seeds, rows, heads,
                                 g.astype(jnp.float32), **_attrs(static))
-  dbias = jnp.zeros_like(bias)
-  if has_bias:
-    axes = tuple(i for i in range(2) if bias.shape[i] == 1 < ds.shape[i])
-    dbias = ds.sum(axes, keepdims=True)
+  dbias = ds if has_bias else jnp.zeros_like(bias)
   seeds_ct = np.zeros(seeds.shape, jax.dtypes.float0)
   mask_ct = np.zeros(mask.shape, jax.dtypes.float0)
   return dq, dk, dv, mask_ct, dbias, seeds_ct
