@@ -109,6 +109,9 @@ def _lowered(monkeypatch, devices, impl="auto", platforms=None):
 def test_auto_takes_the_kernel_on_one_cpu_device_only(monkeypatch):
   assert "zoo_attention_forward" in _lowered(monkeypatch, 1)
   assert "zoo_attention_forward" not in _lowered(monkeypatch, 8)
+  with cpu_attention.off():
+    assert "zoo_attention_forward" not in _lowered(monkeypatch, 1)
+  assert "zoo_attention_forward" in _lowered(monkeypatch, 1)
   monkeypatch.setenv(cpu_attention.ENV, "0")
   assert "zoo_attention_forward" not in _lowered(monkeypatch, 1)
 

@@ -13,7 +13,7 @@ import objectives
 from configs.compare import compress, demo, family, long, smoke, t5_tables
 import flax.linen as nn
 
-from zoo import models, train_lib
+from zoo import models, optim, sharding, train_lib
 from zoo.harness import cells
 from zoo.harness import run as harness_run
 
@@ -124,6 +124,23 @@ def test_random_init_row_has_the_pretrained_backbone_architecture(tmp_path):
   assert (family, config) == (ref_family, ref_config)
   assert (jax.tree_util.tree_structure(params) ==
           jax.tree_util.tree_structure(ref_params))
+
+
+def test_a_random_init_row_is_where_its_pretrained_row_starts(tmp_path):
+  grid = smoke.get_config()
+  specials = objectives.Specials(vocab_size=8000)
+  parsed = {c.name: c for c in cells.parse_cells(grid)}
+  _, _, params = cells.backbone(grid, parsed["random_bert"], str(tmp_path),
+                                specials)
+  config = cells.cell_config(grid, parsed["mlm"])
+  objective = train_lib.build_objective(config, specials)
+  setup = train_lib.setup_state(objective, optim.make(config.optimizer, 1),
+                                config, sharding.make_mesh(config.mesh))
+  state = setup.init(train_lib.init_rng(int(config.seed)))
+  _, _, start = objective.backbone(state["params"])
+  for got, want in zip(jax.tree_util.tree_leaves(params),
+                       jax.tree_util.tree_leaves(start)):
+    np.testing.assert_array_equal(got, want)
 
 
 def test_bad_grids_get_clear_errors():

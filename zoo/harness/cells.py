@@ -437,11 +437,18 @@ def backbone(grid, cell: Cell, celldir: str, specials):
     params = models.init_params(cell.model, config,
                                 jax.random.key(int(grid.pretrain.seed)))
     return cell.model, config, _as_restored(params)
-  objective = train_lib.build_objective(cell_config(grid, refs[0]),
-                                        specials)
-  params = objective.init(jax.random.key(int(grid.pretrain.seed)),
-                          train_lib.example_batch(int(grid.pretrain.seq_len)))
-  return objective.backbone(_as_restored(nn.meta.unbox(params)))
+  config = cell_config(grid, refs[0])
+  objective = train_lib.build_objective(config, specials)
+  return objective.backbone(_as_restored(_first_params(objective, config)))
+
+
+def _first_params(objective, config):
+  """The params a pre-trained cell's training starts from: its trainer's
+  init (the same key, `train_lib.init_rng`, and example row), one jitted
+  program as the trainer's is."""
+  example = train_lib.example_batch(int(config.seq_len), data_cfg=config.data)
+  init = jax.jit(lambda rng: nn.meta.unbox(objective.init(rng, example)))
+  return init(train_lib.init_rng(int(config.seed)))
 
 
 def _as_restored(params):

@@ -23,6 +23,7 @@ per source, jaxlib version and machine. `ZOO_CPU_ATTENTION=0` keeps
 "auto" on the einsum.
 """
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -133,10 +134,24 @@ def why_not(q: Array, k: Array, cdtype, dropout) -> str | None:
   return None
 
 
+@contextlib.contextmanager
+def off():
+  """No kernel for "auto" in programs traced inside: e.g. to count the
+  dense attention's FLOPs, which XLA's cost analysis cannot see in a custom
+  call."""
+  _state["off"] = _state.get("off", 0) + 1
+  try:
+    yield
+  finally:
+    _state["off"] -= 1
+
+
 def applies(q: Array, k: Array, cdtype, dropout) -> bool:
   """Whether `impl="auto"` takes the kernel for this call (never with
-  `ZOO_CPU_ATTENTION=0` in the environment)."""
+  `ZOO_CPU_ATTENTION=0` in the environment, nor inside `off()`)."""
   if os.environ.get(ENV, "1").strip().lower() in ("0", "off", "false", "no"):
+    return False
+  if _state.get("off"):
     return False
   return (jax.device_count() == 1 and why_not(q, k, cdtype, dropout) is None
           and available())
