@@ -5,9 +5,9 @@
 
 Runs `zoo.compare` on the grid in a fresh workdir per run, one run after
 the other (the sample already built, as `make demo` leaves it):
-- `off`: no compile cache and glibc's default allocator
-  (`ZOO_COMPILE_CACHE=0 ZOO_HOST_MALLOC=0`), the demo without the two
-  runtime settings the zoo makes for speed;
+- `off`: no compile cache, glibc's default allocator and XLA's einsum
+  attention (`ZOO_COMPILE_CACHE=0 ZOO_HOST_MALLOC=0 ZOO_CPU_ATTENTION=0`),
+  the demo without the three runtime settings the zoo makes for speed;
 - `cold`: an empty compile cache (`OUT/jax_cache`);
 - `warm`: a new workdir reading the programs `cold` left in that cache, as
   a second `make demo` does.
@@ -32,7 +32,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUDGET_S = 15 * 60  # `make demo`'s limit on 2 cores
 STAGES = ("pretrain", "minimal_pairs", "probe", "few_shot", "floors")
-ENVIRONS = {"off": {"ZOO_COMPILE_CACHE": "0", "ZOO_HOST_MALLOC": "0"},
+ENVIRONS = {"off": {"ZOO_COMPILE_CACHE": "0", "ZOO_HOST_MALLOC": "0",
+                   "ZOO_CPU_ATTENTION": "0"},
             "cold": {}, "warm": {}}
 
 
