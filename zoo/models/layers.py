@@ -214,18 +214,9 @@ def attention(q: Array, k: Array, v: Array, *, mask=None,
   fits = splash.applies(q.shape[1], k.shape[1], segmented, bias, dropout)
   auto = impl == "auto"
   if auto:
-    impl = splash.auto_impl(cdtype == jnp.bfloat16, fits)
-    if (impl == "einsum" and splash.platform() == "cpu"
-        and cpu_attention.applies(q, k, cdtype, dropout)):
-      impl = "cpu"
+    impl = _auto_impl(q, k, cdtype, fits, dropout)
   if impl == "cpu":
-    reason = cpu_attention.why_not(q, k, cdtype, dropout)
-    if reason:
-      raise ValueError(f"the CPU attention kernel cannot take {reason}")
-    dense = lambda: _dense_attention(q, k, v, mask, bias, scale, cdtype,  # pylint: disable=g-long-lambda
-                                     dropout)
-    return cpu_attention.attention(q, k, v, mask, bias, scale, dropout,
-                                   dense)
+    return _cpu_attention(q, k, v, mask, bias, scale, cdtype, dropout)
   if impl == "splash":
     if not fits:
       raise ValueError("splash attention needs a Segmented self-attention "
@@ -241,6 +232,24 @@ def attention(q: Array, k: Array, v: Array, *, mask=None,
       raise
     # cuDNN refuses some shapes at trace time; XLA's kernel takes them all.
     return _fused_attention(q, k, v, mask, bias, scale, cdtype, "xla")
+
+
+def _auto_impl(q, k, cdtype, fits: bool, dropout) -> str:
+  """What "auto" means for this call (see `attention`)."""
+  impl = splash.auto_impl(cdtype == jnp.bfloat16, fits)
+  if (impl == "einsum" and splash.platform() == "cpu"
+      and cpu_attention.applies(q, k, cdtype, dropout)):
+    return "cpu"
+  return impl
+
+
+def _cpu_attention(q, k, v, mask, bias, scale, cdtype, dropout):
+  reason = cpu_attention.why_not(q, k, cdtype, dropout)
+  if reason:
+    raise ValueError(f"the CPU attention kernel cannot take {reason}")
+  dense = lambda: _dense_attention(q, k, v, mask, bias, scale, cdtype,  # pylint: disable=g-long-lambda
+                                   dropout)
+  return cpu_attention.attention(q, k, v, mask, bias, scale, dropout, dense)
 
 
 def _fused_attention(q, k, v, mask, bias, scale, cdtype, impl):
