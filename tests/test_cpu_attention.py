@@ -82,10 +82,11 @@ def test_the_kernel_draws_the_einsum_dropout_mask():
 def test_a_keyed_dropout_draws_the_mask_of_its_module():
   class Probs(nn.Module):
     keyed: bool
+    rate: float = 0.3
 
     @nn.compact
     def __call__(self, x):
-      drop = layers.Dropout(0.3, deterministic=False)
+      drop = layers.Dropout(self.rate, deterministic=False)
       return drop.keyed()(x) if self.keyed else drop(x)
 
   x = jnp.ones((2, 3, 5, 5))
@@ -93,6 +94,8 @@ def test_a_keyed_dropout_draws_the_mask_of_its_module():
   outs = [Probs(keyed).apply({}, x, rngs=rngs) for keyed in (False, True)]
   np.testing.assert_array_equal(outs[0], outs[1])
   assert 0 < float((outs[0] == 0).mean()) < 1
+  # At rate 1 the module drops everything, keyed or not.
+  assert not Probs(True, 1.0).apply({}, x, rngs=rngs).any()
 
 
 def _lowered(monkeypatch, devices, impl="auto", platforms=None):

@@ -122,6 +122,9 @@ class Dropout(nn.Module):
       return jnp.zeros_like(x)
     return drop(self.make_rng(self.rng_collection), x, self.rate, x.shape)
 
-  def keyed(self) -> KeyedDropout:
-    """The mask key this module's call would draw, as a `KeyedDropout`."""
+  def keyed(self):
+    """The mask key this module's call would draw, as a `KeyedDropout`
+    (this module itself at rate 1, which drops everything)."""
+    if self.rate >= 1.0:
+      return self
     return KeyedDropout(self.make_rng(self.rng_collection), self.rate)

@@ -315,9 +315,8 @@ class MultiHeadAttention(nn.Module):
           q, k, mask=mask, bias=bias, scale=self.scale, dtype=self.dtype))
     dropout = None
     if self.dropout_rate > 0 and not deterministic:
-      dropout = Dropout(self.dropout_rate, deterministic=False)
-      if self.dropout_rate < 1:  # a key the CPU kernel can draw from too
-        dropout = dropout.keyed()
+      # keyed: a key the CPU kernel draws the same mask from
+      dropout = Dropout(self.dropout_rate, deterministic=False).keyed()
     out = attention(q, k, v, mask=mask, bias=bias, scale=self.scale,
                     dtype=self.dtype, impl=self.impl, dropout=dropout)
     return Dense(self.out_features or x.shape[-1], ("heads", "kv", "embed"),

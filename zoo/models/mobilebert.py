@@ -208,9 +208,8 @@ class Attention(nn.Module):
                                      dtype=c.dtype, name=name)
     dropout = None
     if c.attention_dropout_rate > 0 and not self.deterministic:
-      dropout = layers.Dropout(c.attention_dropout_rate, deterministic=False)
-      if c.attention_dropout_rate < 1:  # the CPU kernel draws it too
-        dropout = dropout.keyed()
+      dropout = layers.Dropout(c.attention_dropout_rate,
+                               deterministic=False).keyed()
     out = layers.attention(proj("query")(qk_in), proj("key")(qk_in),
                            proj("value")(v_in), mask=mask, dtype=c.dtype,
                            impl=c.attention_impl, dropout=dropout)

@@ -229,9 +229,8 @@ class RelativeAttention(nn.Module):
                               seg[..., :1])
     dropout = None
     if c.attention_dropout_rate > 0 and not self.deterministic:
-      dropout = layers.Dropout(c.attention_dropout_rate, deterministic=False)
-      if c.attention_dropout_rate < 1:  # the CPU kernel draws it too
-        dropout = dropout.keyed()
+      dropout = layers.Dropout(c.attention_dropout_rate,
+                               deterministic=False).keyed()
     return layers.attention(q + u, k, v, mask=mask, bias=bias * scale,
                             scale=scale, dtype=c.dtype,
                             impl=c.attention_impl, dropout=dropout)
