@@ -57,45 +57,58 @@ struct Args {
 };
 
 // The (b, n) tile's operands, copied out of their strided layouts and
-// padded with zeros to whole vectors: q scaled [T, HV], k and v [S, HV],
-// their transposes [H, SV]; then one query row's scratch, the backward
-// pass's block of kRows rows (pdb, dsb, gb, qb) and its dk, dv sums.
+// padded with zeros to whole vectors and to whole blocks of kRows query
+// rows: q scaled and the output's gradient g [TB, HV], k and v [S, HV],
+// their transposes [H, SV]; then the current block's rows [kRows, SV]:
+// logits (or dp), probabilities before (p) and after (pd) dropout, the keep
+// bits, ds; a block's products [kRows, HV], and the dk, dv sums.
 struct Tile {
-  std::vector<fv> q, k, v, kt, vt, row, p, pd, dp, acc, dk, dv, pdb, dsb, gb, qb;
-  std::vector<iv> keep;
+  std::vector<fv> q, g, k, v, kt, vt, lb, pb, pdb, dsb, acc, dk, dv;
+  std::vector<iv> keepb;
   std::vector<float> dbias;  // this thread's share of a shared bias's grad
-  int64_t len = 0;  // vectors of the current row that can be nonzero
+  int64_t len = 0;  // vectors of the block's rows that can be nonzero
   explicit Tile(const Dims& d)
-      : q(d.T * d.HV), k(d.SV * kLanes * d.HV), v(d.SV * kLanes * d.HV),
-        kt(d.H * d.SV), vt(d.H * d.SV), row(d.SV), p(d.SV), pd(d.SV),
-        dp(d.SV), acc(d.HV), dk(d.SV * kLanes * d.HV), dv(d.SV * kLanes * d.HV),
-        pdb(kRows * d.SV), dsb(kRows * d.SV), gb(kRows * d.HV), qb(kRows * d.HV),
-        keep(d.SV) {}
+      : q(Padded(d.T) * d.HV), g(Padded(d.T) * d.HV),
+        k(d.SV * kLanes * d.HV), v(d.SV * kLanes * d.HV),
+        kt(d.H * d.SV), vt(d.H * d.SV), lb(kRows * d.SV), pb(kRows * d.SV),
+        pdb(kRows * d.SV), dsb(kRows * d.SV), acc(kRows * d.HV),
+        dk(d.SV * kLanes * d.HV), dv(d.SV * kLanes * d.HV),
+        keepb(kRows * d.SV) {}
+  static int64_t Padded(int64_t T) { return (T + kRows - 1) / kRows * kRows; }
 };
 
 inline float* F(std::vector<fv>& x) {
   return reinterpret_cast<float*>(x.data());
 }
 
+// x's rows [rows, H] at stride `stride`, times `scale`, into t's [rows, HP].
+inline void Rows(const float* x, int64_t rows, int64_t H, int64_t stride,
+                 int64_t HP, float scale, float* t) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t h = 0; h < H; ++h) t[i * HP + h] = x[i * stride + h] * scale;
+}
+
+// x's rows [rows, H] at stride `stride`, transposed into t's [H, SP].
+inline void Columns(const float* x, int64_t rows, int64_t H, int64_t stride,
+                    int64_t SP, float* t) {
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t s = 0; s < rows; ++s) t[h * SP + s] = x[s * stride + h];
+}
+
 void Load(const Args& a, int64_t b, int64_t n, Tile& t, bool backward) {
   const Dims& d = a.d;
   const int64_t HP = d.HV * kLanes, SP = d.SV * kLanes, stride = d.N * d.H;
-  float *q = F(t.q), *k = F(t.k), *v = F(t.v), *kt = F(t.kt), *vt = F(t.vt);
   const float* qb = a.q + (b * d.T * d.N + n) * d.H;
   const float* kb = a.k + (b * d.S * d.N + n) * d.H;
   const float* vb = a.v + (b * d.S * d.N + n) * d.H;
-  for (int64_t i = 0; i < d.T; ++i)
-    for (int64_t h = 0; h < d.H; ++h)
-      q[i * HP + h] = qb[i * stride + h] * a.scale;
-  for (int64_t s = 0; s < d.S; ++s)
-    std::copy_n(vb + s * stride, d.H, v + s * HP);
-  for (int64_t h = 0; h < d.H; ++h)
-    for (int64_t s = 0; s < d.S; ++s) kt[h * SP + s] = kb[s * stride + h];
+  Rows(qb, d.T, d.H, stride, HP, a.scale, F(t.q));
+  Rows(vb, d.S, d.H, stride, HP, 1.0f, F(t.v));
+  Columns(kb, d.S, d.H, stride, SP, F(t.kt));
   if (!backward) return;
-  for (int64_t s = 0; s < d.S; ++s)
-    std::copy_n(kb + s * stride, d.H, k + s * HP);
-  for (int64_t h = 0; h < d.H; ++h)
-    for (int64_t s = 0; s < d.S; ++s) vt[h * SP + s] = vb[s * stride + h];
+  Rows(a.dout + (b * d.T * d.N + n) * d.H, d.T, d.H, stride, HP, 1.0f,
+       F(t.g));
+  Rows(kb, d.S, d.H, stride, HP, 1.0f, F(t.k));
+  Columns(vb, d.S, d.H, stride, SP, F(t.vt));
 }
 
 inline int64_t BiasSize(const Dims& d) {
@@ -108,41 +121,37 @@ inline int64_t Offset(const Dims& d, bool per_b, bool per_n, int64_t b,
           i) * d.S;
 }
 
-// out[j] = sum_h x[h] m[h, j] for j < SV vectors: blocks of eight vectors
-// kept in registers while h runs.
-// Query row i's probabilities before (p) and after (pd) dropout, and the
-// keep bits (dropout only).
-void Row(const Args& a, int64_t b, int64_t n, int64_t i, Tile& t) {
+// Block slot r (query row i): its logits in lb made probabilities before
+// (pb) and after (pd) dropout, with the keep bits (dropout only), over the
+// block's first t.len vectors.
+void Softmax(const Args& a, int64_t b, int64_t n, int64_t i, int r, Tile& t) {
   const Dims& d = a.d;
-  const int64_t SV = d.SV, S = d.S;
-  const bool* mr =
-      a.mask ? a.mask + Offset(d, d.mask_b, d.mask_n, b, n, i) : nullptr;
-  const int64_t len = mr ? Reach(mr, S, SV) : SV, width = len * kLanes;
-  t.len = len;
-  fv* row = t.row.data();
-  RowProduct(F(t.q) + i * d.HV * kLanes, t.kt.data(), d.H, SV, len, row);
-  float* r = F(t.row);
+  const int64_t SV = d.SV, S = d.S, len = t.len, width = len * kLanes;
+  fv *row = t.lb.data() + r * SV, *p = t.pb.data() + r * SV,
+     *pd = t.pdb.data() + r * SV;
+  iv* keep = t.keepb.data() + r * SV;
+  float* x = reinterpret_cast<float*>(row);
   if (a.bias) {
     const float* br = a.bias + Offset(d, d.bias_b, d.bias_n, b, n, i);
-    for (int64_t s = 0; s < std::min(S, width); ++s) r[s] += br[s];
+    for (int64_t s = 0; s < std::min(S, width); ++s) x[s] += br[s];
   }
-  if (mr) Masked(mr, std::min(S, width), kMaskValue, row);
-  for (int64_t s = S; s < width; ++s) r[s] = kPadValue;
+  if (a.mask) {
+    Masked(a.mask + Offset(d, d.mask_b, d.mask_n, b, n, i),
+           std::min(S, width), kMaskValue, row);
+  }
+  for (int64_t s = S; s < width; ++s) x[s] = kPadValue;
   fv mx = row[0];
   for (int64_t j = 1; j < len; ++j) mx = mx > row[j] ? mx : row[j];
   float m = mx[0];
   for (int k = 1; k < kLanes; ++k) m = std::max(m, mx[k]);
   const fv m8 = Splat(m);
   fv sum{};
-  fv *p = t.p.data(), *pd = t.pd.data();
   for (int64_t j = 0; j < len; ++j) {
     p[j] = Exp(row[j] - m8);
     sum += p[j];
   }
   const fv total = Splat(Sum(sum));
   for (int64_t j = 0; j < len; ++j) p[j] = p[j] / total;
-  std::fill(p + len, p + SV, fv{});
-  std::fill(pd + len, pd + SV, fv{});
   if (!a.dropout) {
     std::copy(p, p + len, pd);
     return;
@@ -155,10 +164,31 @@ void Row(const Args& a, int64_t b, int64_t n, int64_t i, Tile& t) {
   for (int64_t j = 0; j < len; ++j) {
     const uv idx = base + static_cast<uint32_t>(j * kLanes) + lane;
     const uv bits = Mix32(Mix32(idx ^ a.seed0) + a.seed1);
-    t.keep[j] = bits >= a.threshold;
-    pd[j] = t.keep[j] ? p[j] * ks : fv{};
+    keep[j] = bits >= a.threshold;
+    pd[j] = keep[j] ? p[j] * ks : fv{};
   }
-  std::fill(t.keep.begin() + len, t.keep.end(), iv{});
+}
+
+// The probabilities of query rows i0.. i0 + rows - 1 in block slots 0..
+// (slots past `rows` hold zeros), computed up to the last key any of them
+// reaches (t.len vectors): a row's keys past its own reach are masked, and
+// their probabilities exactly 0.
+void Block(const Args& a, int64_t b, int64_t n, int64_t i0, int rows,
+           Tile& t) {
+  const Dims& d = a.d;
+  const int64_t SV = d.SV;
+  t.len = a.mask ? 0 : SV;
+  for (int r = 0; a.mask && r < rows; ++r) {
+    const bool* mr = a.mask + Offset(d, d.mask_b, d.mask_n, b, n, i0 + r);
+    t.len = std::max(t.len, Reach(mr, d.S, SV));
+  }
+  RowsProduct<kRows>(F(t.q) + i0 * d.HV * kLanes, d.HV * kLanes,
+                     t.kt.data(), d.H, SV, t.len, t.lb.data());
+  for (int r = 0; r < rows; ++r) Softmax(a, b, n, i0 + r, r, t);
+  for (int r = rows; r < kRows; ++r) {
+    std::fill_n(t.pb.begin() + r * SV, SV, fv{});
+    std::fill_n(t.pdb.begin() + r * SV, SV, fv{});
+  }
 }
 
 template <int HV>
@@ -166,103 +196,101 @@ void Forward(const Args& a, int64_t item, Tile& t) {
   const Dims& d = a.d;
   const int64_t b = item / d.N, n = item % d.N;
   Load(a, b, n, t, false);
-  for (int64_t i = 0; i < d.T; ++i) {
-    Row(a, b, n, i, t);
-    WeightedSum<HV>(F(t.pd), t.v.data(), t.len, t.acc.data());
-    std::copy(F(t.acc), F(t.acc) + d.H,
-              a.out + ((b * d.T + i) * d.N + n) * d.H);
+  for (int64_t i0 = 0; i0 < d.T; i0 += kRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kRows, d.T - i0));
+    Block(a, b, n, i0, rows, t);
+    RowsWeightedSum<HV, kRows>(F(t.pdb), d.SV * kLanes, t.v.data(), t.len,
+                               t.acc.data());
+    for (int r = 0; r < rows; ++r)
+      std::copy_n(F(t.acc) + r * HV * kLanes, d.H,
+                  a.out + ((b * d.T + i0 + r) * d.N + n) * d.H);
   }
 }
 
-// Row i's share of the backward pass: its dq, and its pd and ds rows (and
-// g, q) left in block slot r for the dk, dv update.
-template <int HV>
-void BackwardRow(const Args& a, int64_t b, int64_t n, int64_t i, int r,
-                 Tile& t) {
+// Block slot r's (query row i's) ds from its dp (in lb), and its share of
+// the bias gradient.
+void Ds(const Args& a, int64_t b, int64_t n, int64_t i, int r, Tile& t) {
   const Dims& d = a.d;
-  const int64_t S = d.S, H = d.H, SV = d.SV;
-  Row(a, b, n, i, t);
-  const float* gi = a.dout + ((b * d.T + i) * d.N + n) * H;
-  fv* g = t.gb.data() + r * HV;
-  std::copy(gi, gi + H, reinterpret_cast<float*>(g));
-  const int64_t len = t.len, width = len * kLanes;
-  fv* dp = t.dp.data();
-  RowProduct(gi, t.vt.data(), H, SV, len, dp);
-  std::copy(t.pd.begin(), t.pd.end(), t.pdb.begin() + r * SV);
+  const int64_t S = d.S, SV = d.SV, len = t.len, width = len * kLanes;
+  fv *dp = t.lb.data() + r * SV, *p = t.pb.data() + r * SV;
+  const iv* keep = t.keepb.data() + r * SV;
   if (a.dropout) {
     const fv ks = Splat(a.keep_scale);
-    for (int64_t j = 0; j < len; ++j) dp[j] = t.keep[j] ? dp[j] * ks : fv{};
+    for (int64_t j = 0; j < len; ++j) dp[j] = keep[j] ? dp[j] * ks : fv{};
   }
   fv dot8{};
-  for (int64_t j = 0; j < len; ++j) dot8 += t.p[j] * dp[j];
+  for (int64_t j = 0; j < len; ++j) dot8 += p[j] * dp[j];
   const fv dot = Splat(Sum(dot8));
   fv* ds = t.dsb.data() + r * SV;
-  for (int64_t j = 0; j < len; ++j) ds[j] = t.p[j] * (dp[j] - dot);
-  std::fill(ds + len, ds + SV, fv{});
+  for (int64_t j = 0; j < len; ++j) ds[j] = p[j] * (dp[j] - dot);
   float* dsr = reinterpret_cast<float*>(ds);
   if (a.mask) {
     Masked(a.mask + Offset(d, d.mask_b, d.mask_n, b, n, i),
            std::min(S, width), 0.0f, ds);
   }
   for (int64_t s = S; s < width; ++s) dsr[s] = 0.0f;
-  if (a.ds) {  // the bias gradient: ds summed over the bias's broadcasts
-    const int64_t at = Offset(d, d.bias_b, d.bias_n, b, n, i);
-    if (d.bias_b && d.bias_n) {
-      std::copy(dsr, dsr + S, a.ds + at);
-    } else {
-      if (t.dbias.empty()) t.dbias.assign(BiasSize(d), 0.0f);
-      for (int64_t s = 0; s < std::min(S, width); ++s) t.dbias[at + s] += dsr[s];
-    }
+  if (!a.ds) return;  // the bias gradient: ds summed over its broadcasts
+  const int64_t at = Offset(d, d.bias_b, d.bias_n, b, n, i);
+  if (d.bias_b && d.bias_n) {
+    std::copy_n(dsr, std::min(S, width), a.ds + at);
+    std::fill(a.ds + at + std::min(S, width), a.ds + at + S, 0.0f);
+    return;
   }
-  WeightedSum<HV>(dsr, t.k.data(), len, t.acc.data());
-  float* dqo = a.dq + ((b * d.T + i) * d.N + n) * H;
-  for (int64_t h = 0; h < H; ++h) dqo[h] = F(t.acc)[h] * a.scale;
+  if (t.dbias.empty()) t.dbias.assign(BiasSize(d), 0.0f);
+  for (int64_t s = 0; s < std::min(S, width); ++s) t.dbias[at + s] += dsr[s];
+}
+
+// dk += ds^T q and dv += pd^T g over the block's keys, its kRows rows at a
+// time.
+template <int HV>
+void KeyGrads(const Dims& d, int64_t i0, Tile& t) {
+  const float *pdb = F(t.pdb), *dsb = F(t.dsb);
+  const fv *g = t.g.data() + i0 * HV, *q = t.q.data() + i0 * HV;
+  const int64_t SP = d.SV * kLanes;
+  for (int64_t s = 0; s < std::min(d.S, t.len * kLanes); ++s) {
+    fv dv[HV], dk[HV];
+    std::copy_n(t.dv.data() + s * HV, HV, dv);
+    std::copy_n(t.dk.data() + s * HV, HV, dk);
+    for (int r = 0; r < kRows; ++r) {
+      const fv wp = Splat(pdb[r * SP + s]), ws = Splat(dsb[r * SP + s]);
+      for (int h = 0; h < HV; ++h) {
+        dv[h] += wp * g[r * HV + h];
+        dk[h] += ws * q[r * HV + h];
+      }
+    }
+    std::copy_n(dv, HV, t.dv.data() + s * HV);
+    std::copy_n(dk, HV, t.dk.data() + s * HV);
+  }
 }
 
 template <int HV>
 void Backward(const Args& a, int64_t item, Tile& t) {
   const Dims& d = a.d;
-  const int64_t b = item / d.N, n = item % d.N, S = d.S, H = d.H;
-  const int64_t SV = d.SV;
+  const int64_t b = item / d.N, n = item % d.N, H = d.H, SV = d.SV;
   Load(a, b, n, t, true);
   std::fill(t.dk.begin(), t.dk.end(), fv{});
   std::fill(t.dv.begin(), t.dv.end(), fv{});
   for (int64_t i0 = 0; i0 < d.T; i0 += kRows) {
     const int rows = static_cast<int>(std::min<int64_t>(kRows, d.T - i0));
-    int64_t reach = 0;  // vectors of keys any of the block's rows reach
-    for (int r = 0; r < rows; ++r) {
-      BackwardRow<HV>(a, b, n, i0 + r, r, t);
-      reach = std::max(reach, t.len);
-    }
-    for (int r = rows; r < kRows; ++r) {  // empty slots add nothing
-      std::fill_n(t.pdb.begin() + r * SV, SV, fv{});
+    Block(a, b, n, i0, rows, t);
+    RowsProduct<kRows>(F(t.g) + i0 * HV * kLanes, HV * kLanes, t.vt.data(),
+                       H, SV, t.len, t.lb.data());  // dp
+    for (int r = 0; r < rows; ++r) Ds(a, b, n, i0 + r, r, t);
+    for (int r = rows; r < kRows; ++r)
       std::fill_n(t.dsb.begin() + r * SV, SV, fv{});
+    RowsWeightedSum<HV, kRows>(F(t.dsb), SV * kLanes, t.k.data(), t.len,
+                               t.acc.data());
+    for (int r = 0; r < rows; ++r) {
+      const float* acc = F(t.acc) + r * HV * kLanes;
+      float* dq = a.dq + ((b * d.T + i0 + r) * d.N + n) * H;
+      for (int64_t h = 0; h < H; ++h) dq[h] = acc[h] * a.scale;
     }
-    std::fill(t.qb.begin(), t.qb.end(), fv{});
-    std::copy_n(t.q.begin() + i0 * HV, rows * HV, t.qb.begin());
-    const float *pdb = F(t.pdb), *dsb = F(t.dsb);
-    for (int64_t s = 0; s < std::min(S, reach * kLanes); ++s) {
-      fv dv[HV], dk[HV];
-      std::copy_n(t.dv.data() + s * HV, HV, dv);
-      std::copy_n(t.dk.data() + s * HV, HV, dk);
-      for (int r = 0; r < kRows; ++r) {
-        const fv wp = Splat(pdb[r * SV * kLanes + s]);
-        const fv ws = Splat(dsb[r * SV * kLanes + s]);
-        for (int h = 0; h < HV; ++h) {
-          dv[h] += wp * t.gb[r * HV + h];
-          dk[h] += ws * t.qb[r * HV + h];
-        }
-      }
-      std::copy_n(dv, HV, t.dv.data() + s * HV);
-      std::copy_n(dk, HV, t.dk.data() + s * HV);
-    }
+    KeyGrads<HV>(d, i0, t);
   }
-  for (int64_t s = 0; s < S; ++s) {
+  for (int64_t s = 0; s < d.S; ++s) {
     const int64_t off = ((b * d.S + s) * d.N + n) * H;
-    std::copy(F(t.dk) + s * HV * kLanes, F(t.dk) + s * HV * kLanes + H,
-              a.dk + off);
-    std::copy(F(t.dv) + s * HV * kLanes, F(t.dv) + s * HV * kLanes + H,
-              a.dv + off);
+    std::copy_n(F(t.dk) + s * HV * kLanes, H, a.dk + off);
+    std::copy_n(F(t.dv) + s * HV * kLanes, H, a.dv + off);
   }
 }
 

@@ -86,27 +86,38 @@ inline fv Exp(fv x) {
   return x <= lo ? fv{} : out;
 }
 
-template <int U>
-inline void ProductBlock(const float* x, const fv* m, int64_t H, int64_t SV,
-                         int64_t j0, fv* out) {
-  fv acc[U] = {};
+// Vector registers of the host (32 with AVX-512, else 16): how many
+// accumulators a block keeps, half of them.
+constexpr int kAccumulators = kLanes == 16 ? 16 : 8;
+
+template <int R, int U>
+inline void ProductBlock(const float* x, int64_t xs, const fv* m, int64_t H,
+                         int64_t SV, int64_t j0, fv* out) {
+  fv acc[R][U] = {};
   for (int64_t h = 0; h < H; ++h) {
-    const fv xh = Splat(x[h]);
-    const fv* mh = m + h * SV + j0;
-    for (int u = 0; u < U; ++u) acc[u] += xh * mh[u];
+    fv mh[U];
+    for (int u = 0; u < U; ++u) mh[u] = m[h * SV + j0 + u];
+    for (int r = 0; r < R; ++r) {
+      const fv xh = Splat(x[r * xs + h]);
+      for (int u = 0; u < U; ++u) acc[r][u] += xh * mh[u];
+    }
   }
-  for (int u = 0; u < U; ++u) out[j0 + u] = acc[u];
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < U; ++u) out[r * SV + j0 + u] = acc[r][u];
 }
 
-// out[j] = sum_h x[h] m[h, j] for the first `len` of the SV vectors of m's
-// rows: blocks of up to eight vectors kept in registers while h runs.
-inline void RowProduct(const float* x, const fv* m, int64_t H, int64_t SV,
-                       int64_t len, fv* out) {
+// out[r, j] = sum_h x[r, h] m[h, j] for R rows of x (row stride xs floats)
+// and the first `len` of the SV vectors of m's rows (out's row stride SV):
+// an R x U block of vectors kept in registers while h runs, so each vector
+// of m loaded serves all R rows.
+template <int R>
+inline void RowsProduct(const float* x, int64_t xs, const fv* m, int64_t H,
+                        int64_t SV, int64_t len, fv* out) {
+  constexpr int U = kAccumulators / R;
   int64_t j0 = 0;
-  for (; j0 + 8 <= len; j0 += 8) ProductBlock<8>(x, m, H, SV, j0, out);
-  if (j0 + 4 <= len) ProductBlock<4>(x, m, H, SV, j0, out), j0 += 4;
-  if (j0 + 2 <= len) ProductBlock<2>(x, m, H, SV, j0, out), j0 += 2;
-  if (j0 < len) ProductBlock<1>(x, m, H, SV, j0, out);
+  for (; j0 + U <= len; j0 += U)
+    ProductBlock<R, U>(x, xs, m, H, SV, j0, out);
+  for (; j0 < len; ++j0) ProductBlock<R, 1>(x, xs, m, H, SV, j0, out);
 }
 
 // How many vectors of a row reach its last key that may be attended: the
@@ -123,22 +134,38 @@ inline int64_t Reach(const bool* m, int64_t S, int64_t SV) {
   return last < 0 ? SV : last / kLanes + 1;
 }
 
-// out[h] = sum_s w[s] x[s, h] over the first `len` vectors of w (x's
-// padding rows hold zeros); U interleaved sums hide the add latency.
-template <int HV>
-inline void WeightedSum(const float* w, const fv* x, int64_t len, fv* out) {
-  constexpr int U = HV <= 2 ? 4 : HV <= 4 ? 2 : 1;
-  fv acc[U][HV] = {};
+template <int HV, int R>
+inline void WeightedBlock(const float* w, int64_t ws, const fv* x,
+                          int64_t len, fv* out) {
+  constexpr int U = std::max(1, std::min(4, kAccumulators / (R * HV)));
+  fv acc[U][R][HV] = {};
   for (int64_t s = 0; s < len * kLanes; s += U)
     for (int u = 0; u < U; ++u) {
-      const fv ws = Splat(w[s + u]);
       const fv* xs = x + (s + u) * HV;
-      for (int h = 0; h < HV; ++h) acc[u][h] += ws * xs[h];
+      for (int r = 0; r < R; ++r) {
+        const fv wr = Splat(w[r * ws + s + u]);
+        for (int h = 0; h < HV; ++h) acc[u][r][h] += wr * xs[h];
+      }
     }
-  for (int h = 0; h < HV; ++h) {
-    out[h] = acc[0][h];
-    for (int u = 1; u < U; ++u) out[h] += acc[u][h];
-  }
+  for (int r = 0; r < R; ++r)
+    for (int h = 0; h < HV; ++h) {
+      out[r * HV + h] = acc[0][r][h];
+      for (int u = 1; u < U; ++u) out[r * HV + h] += acc[u][r][h];
+    }
+}
+
+// out[r, h] = sum_s w[r, s] x[s, h] for R rows of w (row stride ws floats)
+// over its first `len` vectors (x's padding rows hold zeros), out's row
+// stride HV: as many rows at a time as the accumulators hold, so each
+// vector of x loaded serves them all, and U interleaved sums hide the add
+// latency.
+template <int HV, int R>
+inline void RowsWeightedSum(const float* w, int64_t ws, const fv* x,
+                            int64_t len, fv* out) {
+  constexpr int P = R * HV <= kAccumulators ? R
+                    : 2 * HV <= kAccumulators ? 2 : 1;
+  for (int r = 0; r < R; r += P)
+    WeightedBlock<HV, P>(w + r * ws, ws, x, len, out + r * HV);
 }
 
 }  // namespace
