@@ -36,7 +36,8 @@ namespace ffi = xla::ffi;
 namespace {
 
 constexpr float kMaskValue = -1e9f;
-constexpr int kRows = 4;  // query rows whose dk, dv updates go together
+constexpr int kRows = 4;  // query rows whose products go together
+constexpr int kBlock = 32;  // query rows whose dk, dv updates go together
 constexpr float kPadValue = -3e38f;  // a padding key: exp gives exactly 0
 
 struct Dims {
@@ -57,23 +58,24 @@ struct Args {
 };
 
 // The (b, n) tile's operands, copied out of their strided layouts and
-// padded with zeros to whole vectors and to whole blocks of kRows query
-// rows: q scaled and the output's gradient g [TB, HV], k and v [S, HV],
-// their transposes [H, SV]; then the current block's rows [kRows, SV]:
+// padded with zeros to whole vectors and to whole groups of kRows query
+// rows: q scaled and the output's gradient g [TP, HV], k and v [S, HV],
+// their transposes [H, SV]; then a block of kBlock query rows [kBlock, SV]:
 // logits (or dp), probabilities before (p) and after (pd) dropout, the keep
-// bits, ds; a block's products [kRows, HV], and the dk, dv sums.
+// bits, ds; a group's products [kRows, HV], and the dk, dv sums transposed
+// [H, SV].
 struct Tile {
-  std::vector<fv> q, g, k, v, kt, vt, lb, pb, pdb, dsb, acc, dk, dv;
+  std::vector<fv> q, g, k, v, kt, vt, lb, pb, pdb, dsb, acc, dkt, dvt;
   std::vector<iv> keepb;
   std::vector<float> dbias;  // this thread's share of a shared bias's grad
-  int64_t len = 0;  // vectors of the block's rows that can be nonzero
+  int64_t len = 0;  // vectors of the group's rows that can be nonzero
   explicit Tile(const Dims& d)
       : q(Padded(d.T) * d.HV), g(Padded(d.T) * d.HV),
         k(d.SV * kLanes * d.HV), v(d.SV * kLanes * d.HV),
-        kt(d.H * d.SV), vt(d.H * d.SV), lb(kRows * d.SV), pb(kRows * d.SV),
-        pdb(kRows * d.SV), dsb(kRows * d.SV), acc(kRows * d.HV),
-        dk(d.SV * kLanes * d.HV), dv(d.SV * kLanes * d.HV),
-        keepb(kRows * d.SV) {}
+        kt(d.H * d.SV), vt(d.H * d.SV), lb(kBlock * d.SV),
+        pb(kBlock * d.SV), pdb(kBlock * d.SV), dsb(kBlock * d.SV),
+        acc(kRows * d.HV), dkt(d.H * d.SV), dvt(d.H * d.SV),
+        keepb(kBlock * d.SV) {}
   static int64_t Padded(int64_t T) { return (T + kRows - 1) / kRows * kRows; }
 };
 
@@ -93,6 +95,13 @@ inline void Columns(const float* x, int64_t rows, int64_t H, int64_t stride,
                     int64_t SP, float* t) {
   for (int64_t h = 0; h < H; ++h)
     for (int64_t s = 0; s < rows; ++s) t[h * SP + s] = x[s * stride + h];
+}
+
+// t's [H, SP] transposed into out's rows [S, H] at stride `stride`.
+inline void Transposed(const float* t, int64_t S, int64_t H, int64_t SP,
+                       int64_t stride, float* __restrict out) {
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t h = 0; h < H; ++h) out[s * stride + h] = t[h * SP + s];
 }
 
 void Load(const Args& a, int64_t b, int64_t n, Tile& t, bool backward) {
@@ -142,16 +151,15 @@ void Softmax(const Args& a, int64_t b, int64_t n, int64_t i, int r, Tile& t) {
   for (int64_t s = S; s < width; ++s) x[s] = kPadValue;
   fv mx = row[0];
   for (int64_t j = 1; j < len; ++j) mx = mx > row[j] ? mx : row[j];
-  float m = mx[0];
-  for (int k = 1; k < kLanes; ++k) m = std::max(m, mx[k]);
-  const fv m8 = Splat(m);
+  const fv m8 = Splat(Max(mx));
   fv sum{};
   for (int64_t j = 0; j < len; ++j) {
     p[j] = Exp(row[j] - m8);
     sum += p[j];
   }
-  const fv total = Splat(Sum(sum));
-  for (int64_t j = 0; j < len; ++j) p[j] = p[j] / total;
+  const fv inverse = Splat(1.0f / Sum(sum));
+  for (int64_t j = 0; j < len; ++j) p[j] *= inverse;
+  std::fill(pd + len, pd + SV, fv{});
   if (!a.dropout) {
     std::copy(p, p + len, pd);
     return;
@@ -169,11 +177,11 @@ void Softmax(const Args& a, int64_t b, int64_t n, int64_t i, int r, Tile& t) {
   }
 }
 
-// The probabilities of query rows i0.. i0 + rows - 1 in block slots 0..
-// (slots past `rows` hold zeros), computed up to the last key any of them
-// reaches (t.len vectors): a row's keys past its own reach are masked, and
-// their probabilities exactly 0.
-void Block(const Args& a, int64_t b, int64_t n, int64_t i0, int rows,
+// The probabilities of query rows i0.. i0 + rows - 1 in block slots r0..
+// (the group's slots past `rows` hold zeros), computed up to the last key
+// any of them reaches (t.len vectors): a row's keys past its own reach are
+// masked, and their probabilities exactly 0.
+void Group(const Args& a, int64_t b, int64_t n, int64_t i0, int rows, int r0,
            Tile& t) {
   const Dims& d = a.d;
   const int64_t SV = d.SV;
@@ -183,9 +191,9 @@ void Block(const Args& a, int64_t b, int64_t n, int64_t i0, int rows,
     t.len = std::max(t.len, Reach(mr, d.S, SV));
   }
   RowsProduct<kRows>(F(t.q) + i0 * d.HV * kLanes, d.HV * kLanes,
-                     t.kt.data(), d.H, SV, t.len, t.lb.data());
-  for (int r = 0; r < rows; ++r) Softmax(a, b, n, i0 + r, r, t);
-  for (int r = rows; r < kRows; ++r) {
+                     t.kt.data(), d.H, SV, t.len, t.lb.data() + r0 * SV);
+  for (int r = 0; r < rows; ++r) Softmax(a, b, n, i0 + r, r0 + r, t);
+  for (int r = r0 + rows; r < r0 + kRows; ++r) {
     std::fill_n(t.pb.begin() + r * SV, SV, fv{});
     std::fill_n(t.pdb.begin() + r * SV, SV, fv{});
   }
@@ -198,7 +206,7 @@ void Forward(const Args& a, int64_t item, Tile& t) {
   Load(a, b, n, t, false);
   for (int64_t i0 = 0; i0 < d.T; i0 += kRows) {
     const int rows = static_cast<int>(std::min<int64_t>(kRows, d.T - i0));
-    Block(a, b, n, i0, rows, t);
+    Group(a, b, n, i0, rows, 0, t);
     RowsWeightedSum<HV, kRows>(F(t.pdb), d.SV * kLanes, t.v.data(), t.len,
                                t.acc.data());
     for (int r = 0; r < rows; ++r)
@@ -223,6 +231,7 @@ void Ds(const Args& a, int64_t b, int64_t n, int64_t i, int r, Tile& t) {
   const fv dot = Splat(Sum(dot8));
   fv* ds = t.dsb.data() + r * SV;
   for (int64_t j = 0; j < len; ++j) ds[j] = p[j] * (dp[j] - dot);
+  std::fill(ds + len, ds + SV, fv{});
   float* dsr = reinterpret_cast<float*>(ds);
   if (a.mask) {
     Masked(a.mask + Offset(d, d.mask_b, d.mask_n, b, n, i),
@@ -240,58 +249,54 @@ void Ds(const Args& a, int64_t b, int64_t n, int64_t i, int r, Tile& t) {
   for (int64_t s = 0; s < std::min(S, width); ++s) t.dbias[at + s] += dsr[s];
 }
 
-// dk += ds^T q and dv += pd^T g over the block's keys, its kRows rows at a
-// time.
+// Query rows i0.. i0 + rows - 1 (block slots r0..): their probabilities,
+// ds and dq; returns the vectors of keys any of them reaches.
 template <int HV>
-void KeyGrads(const Dims& d, int64_t i0, Tile& t) {
-  const float *pdb = F(t.pdb), *dsb = F(t.dsb);
-  const fv *g = t.g.data() + i0 * HV, *q = t.q.data() + i0 * HV;
-  const int64_t SP = d.SV * kLanes;
-  for (int64_t s = 0; s < std::min(d.S, t.len * kLanes); ++s) {
-    fv dv[HV], dk[HV];
-    std::copy_n(t.dv.data() + s * HV, HV, dv);
-    std::copy_n(t.dk.data() + s * HV, HV, dk);
-    for (int r = 0; r < kRows; ++r) {
-      const fv wp = Splat(pdb[r * SP + s]), ws = Splat(dsb[r * SP + s]);
-      for (int h = 0; h < HV; ++h) {
-        dv[h] += wp * g[r * HV + h];
-        dk[h] += ws * q[r * HV + h];
-      }
-    }
-    std::copy_n(dv, HV, t.dv.data() + s * HV);
-    std::copy_n(dk, HV, t.dk.data() + s * HV);
+int64_t BackwardGroup(const Args& a, int64_t b, int64_t n, int64_t i0,
+                      int rows, int r0, Tile& t) {
+  const Dims& d = a.d;
+  const int64_t H = d.H, SV = d.SV;
+  Group(a, b, n, i0, rows, r0, t);
+  RowsProduct<kRows>(F(t.g) + i0 * HV * kLanes, HV * kLanes, t.vt.data(), H,
+                     SV, t.len, t.lb.data() + r0 * SV);  // dp
+  for (int r = 0; r < rows; ++r) Ds(a, b, n, i0 + r, r0 + r, t);
+  for (int r = r0 + rows; r < r0 + kRows; ++r)
+    std::fill_n(t.dsb.begin() + r * SV, SV, fv{});
+  RowsWeightedSum<HV, kRows>(F(t.dsb) + r0 * SV * kLanes, SV * kLanes,
+                             t.k.data(), t.len, t.acc.data());
+  for (int r = 0; r < rows; ++r) {
+    const float* acc = F(t.acc) + r * HV * kLanes;
+    float* dq = a.dq + ((b * d.T + i0 + r) * d.N + n) * H;
+    for (int64_t h = 0; h < H; ++h) dq[h] = acc[h] * a.scale;
   }
+  return t.len;
 }
 
 template <int HV>
 void Backward(const Args& a, int64_t item, Tile& t) {
   const Dims& d = a.d;
   const int64_t b = item / d.N, n = item % d.N, H = d.H, SV = d.SV;
+  const int64_t HP = HV * kLanes;
   Load(a, b, n, t, true);
-  std::fill(t.dk.begin(), t.dk.end(), fv{});
-  std::fill(t.dv.begin(), t.dv.end(), fv{});
-  for (int64_t i0 = 0; i0 < d.T; i0 += kRows) {
-    const int rows = static_cast<int>(std::min<int64_t>(kRows, d.T - i0));
-    Block(a, b, n, i0, rows, t);
-    RowsProduct<kRows>(F(t.g) + i0 * HV * kLanes, HV * kLanes, t.vt.data(),
-                       H, SV, t.len, t.lb.data());  // dp
-    for (int r = 0; r < rows; ++r) Ds(a, b, n, i0 + r, r, t);
-    for (int r = rows; r < kRows; ++r)
-      std::fill_n(t.dsb.begin() + r * SV, SV, fv{});
-    RowsWeightedSum<HV, kRows>(F(t.dsb), SV * kLanes, t.k.data(), t.len,
-                               t.acc.data());
-    for (int r = 0; r < rows; ++r) {
-      const float* acc = F(t.acc) + r * HV * kLanes;
-      float* dq = a.dq + ((b * d.T + i0 + r) * d.N + n) * H;
-      for (int64_t h = 0; h < H; ++h) dq[h] = acc[h] * a.scale;
+  std::fill(t.dkt.begin(), t.dkt.end(), fv{});
+  std::fill(t.dvt.begin(), t.dvt.end(), fv{});
+  for (int64_t q0 = 0; q0 < d.T; q0 += kBlock) {
+    const int64_t block = std::min<int64_t>(kBlock, Tile::Padded(d.T - q0));
+    int64_t len = 0;  // vectors of keys any row of the block reaches
+    for (int r0 = 0; r0 < block; r0 += kRows) {
+      const int rows = static_cast<int>(
+          std::min<int64_t>(kRows, d.T - q0 - r0));
+      len = std::max(len, BackwardGroup<HV>(a, b, n, q0 + r0, rows, r0, t));
     }
-    KeyGrads<HV>(d, i0, t);
+    // dk += ds^T q and dv += pd^T g over the block's rows.
+    OuterProduct(F(t.q) + q0 * HP, HP, t.dsb.data(), H, SV, block, len,
+                 t.dkt.data());
+    OuterProduct(F(t.g) + q0 * HP, HP, t.pdb.data(), H, SV, block, len,
+                 t.dvt.data());
   }
-  for (int64_t s = 0; s < d.S; ++s) {
-    const int64_t off = ((b * d.S + s) * d.N + n) * H;
-    std::copy_n(F(t.dk) + s * HV * kLanes, H, a.dk + off);
-    std::copy_n(F(t.dv) + s * HV * kLanes, H, a.dv + off);
-  }
+  const int64_t at = (b * d.S * d.N + n) * H, stride = d.N * H;
+  Transposed(F(t.dkt), d.S, H, SV * kLanes, stride, a.dk + at);
+  Transposed(F(t.dvt), d.S, H, SV * kLanes, stride, a.dv + at);
 }
 
 // Runs fn(item, tile) for every (b, n) item on the caller's thread and the

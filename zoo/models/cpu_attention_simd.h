@@ -37,10 +37,51 @@ inline fv Splat(float x) {
 #endif
 }
 
+// The sum and the maximum of x's lanes, as a tree of shuffles.
 inline float Sum(fv x) {
+#if defined(__AVX512F__)
+  return _mm512_reduce_add_ps(reinterpret_cast<__m512>(x));
+#elif defined(__AVX__)
+  const __m256 v = reinterpret_cast<__m256>(x);
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+#else
   float s = 0.0f;
   for (int j = 0; j < kLanes; ++j) s += x[j];
   return s;
+#endif
+}
+
+inline float Max(fv x) {
+#if defined(__AVX512F__)
+  return _mm512_reduce_max_ps(reinterpret_cast<__m512>(x));
+#elif defined(__AVX__)
+  const __m256 v = reinterpret_cast<__m256>(x);
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+#else
+  float m = x[0];
+  for (int j = 1; j < kLanes; ++j) m = m > x[j] ? m : x[j];
+  return m;
+#endif
+}
+
+// kLanes bytes widened to 32-bit lanes (one instruction, where the
+// generic conversion goes byte by byte).
+inline iv Widen(const bool* m) {
+#if defined(__AVX512F__)
+  return reinterpret_cast<iv>(_mm512_cvtepu8_epi32(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(m))));
+#elif defined(__AVX2__)
+  return reinterpret_cast<iv>(_mm256_cvtepu8_epi32(
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(m))));
+#else
+  bv bytes;
+  std::memcpy(&bytes, m, kLanes);
+  return __builtin_convertvector(bytes, iv);
+#endif
 }
 
 // The lanes of row x where the mask row m is false, set to
@@ -48,9 +89,7 @@ inline float Sum(fv x) {
 inline void Masked(const bool* m, int64_t S, float value, fv* x) {
   int64_t j = 0;
   for (; (j + 1) * kLanes <= S; ++j) {
-    bv bytes;
-    std::memcpy(&bytes, m + j * kLanes, kLanes);
-    const iv keep = __builtin_convertvector(bytes, iv);
+    const iv keep = Widen(m + j * kLanes);
     x[j] = keep != 0 ? x[j] : Splat(value);
   }
   float* xs = reinterpret_cast<float*>(x);
@@ -118,6 +157,44 @@ inline void RowsProduct(const float* x, int64_t xs, const fv* m, int64_t H,
   for (; j0 + U <= len; j0 += U)
     ProductBlock<R, U>(x, xs, m, H, SV, j0, out);
   for (; j0 < len; ++j0) ProductBlock<R, 1>(x, xs, m, H, SV, j0, out);
+}
+
+template <int V, int U>
+inline void OuterBlock(const float* x, int64_t xs, const fv* m, int64_t SV,
+                       int64_t R, int64_t h0, int64_t j0, fv* out) {
+  fv acc[V][U];
+  for (int v = 0; v < V; ++v)
+    for (int u = 0; u < U; ++u) acc[v][u] = out[(h0 + v) * SV + j0 + u];
+  for (int64_t r = 0; r < R; ++r) {
+    fv mr[U];
+    for (int u = 0; u < U; ++u) mr[u] = m[r * SV + j0 + u];
+    for (int v = 0; v < V; ++v) {
+      const fv xv = Splat(x[r * xs + h0 + v]);
+      for (int u = 0; u < U; ++u) acc[v][u] += xv * mr[u];
+    }
+  }
+  for (int v = 0; v < V; ++v)
+    for (int u = 0; u < U; ++u) out[(h0 + v) * SV + j0 + u] = acc[v][u];
+}
+
+template <int V>
+inline void OuterRows(const float* x, int64_t xs, const fv* m, int64_t SV,
+                      int64_t R, int64_t h0, int64_t len, fv* out) {
+  constexpr int U = kAccumulators / 4;
+  int64_t j0 = 0;
+  for (; j0 + U <= len; j0 += U)
+    OuterBlock<V, U>(x, xs, m, SV, R, h0, j0, out);
+  for (; j0 < len; ++j0) OuterBlock<V, 1>(x, xs, m, SV, R, h0, j0, out);
+}
+
+// out[h, j] += sum_r x[r, h] m[r, j] for R rows (x's row stride xs floats,
+// m's SV vectors), h < H and the first `len` vectors j (out [H, SV]): a
+// block of out kept in registers while r runs.
+inline void OuterProduct(const float* x, int64_t xs, const fv* m, int64_t H,
+                         int64_t SV, int64_t R, int64_t len, fv* out) {
+  int64_t h0 = 0;
+  for (; h0 + 4 <= H; h0 += 4) OuterRows<4>(x, xs, m, SV, R, h0, len, out);
+  for (; h0 < H; ++h0) OuterRows<1>(x, xs, m, SV, R, h0, len, out);
 }
 
 // How many vectors of a row reach its last key that may be attended: the
