@@ -12,7 +12,9 @@ from zoo.models import dropout as dropout_lib
 # (B, T, S, N, H, dropout rate, bias shape, mask): the tiny models' shape, odd
 # lengths and head dims, every mask and bias broadcast, a query with no key
 # (row 1 of batch 0 is all False), the largest head dim, and the masks whose
-# rows end early (causal; padded keys), whose masked tails the kernel skips.
+# rows end early (causal; padded keys), whose masked tails the kernel skips,
+# with a bias per (row, head) whose gradient's skipped tail is zero; T = 33
+# and 37 leave a block of query rows part empty.
 CASES = [
     (4, 32, 32, 4, 16, 0.1, None, "b1ts"),
     (3, 37, 29, 3, 24, 0.2, "1nts", "b1ts"),
@@ -21,6 +23,7 @@ CASES = [
     (1, 6, 11, 2, 5, 0.0, "b1ts", None),
     (2, 40, 40, 2, 16, 0.1, "1nts", "causal"),
     (3, 35, 35, 2, 16, 0.1, None, "padded"),
+    (3, 33, 35, 2, 16, 0.1, "bnts", "padded"),
 ]
 
 
