@@ -2,6 +2,9 @@
 // time, every [T, S] row of probabilities kept in cache: the logits, mask,
 // softmax, dropout and both products of a query row are computed together,
 // where XLA:CPU runs each as its own pass over a [B, N, T, S] array.
+// Query rows go through the products kRows at a time, so each vector of k
+// or v loaded serves them all, and the backward pass sums dk and dv over
+// blocks of kBlock rows held in registers.
 //
 // The numbers are those of `zoo.models.layers._dense_attention` up to float
 // rounding: logits (q * scale) . k + bias, masked logits set to -1e9 (a query
