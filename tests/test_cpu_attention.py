@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from zoo import sharding
 from zoo.models import cpu_attention, layers
 from zoo.models import dropout as dropout_lib
 
@@ -14,7 +15,8 @@ from zoo.models import dropout as dropout_lib
 # (row 1 of batch 0 is all False), the largest head dim, and the masks whose
 # rows end early (causal; padded keys), whose masked tails the kernel skips,
 # with a bias per (row, head) whose gradient's skipped tail is zero; T = 33
-# and 37 leave a block of query rows part empty.
+# and 37 leave a block of query rows part empty; one batch row, where a
+# [1, N, T, S] bias is both shared and per row.
 CASES = [
     (4, 32, 32, 4, 16, 0.1, None, "b1ts"),
     (3, 37, 29, 3, 24, 0.2, "1nts", "b1ts"),
@@ -24,6 +26,7 @@ CASES = [
     (2, 40, 40, 2, 16, 0.1, "1nts", "causal"),
     (3, 35, 35, 2, 16, 0.1, None, "padded"),
     (3, 33, 35, 2, 16, 0.1, "bnts", "padded"),
+    (1, 7, 9, 2, 8, 0.0, "1nts", "b1ts"),
 ]
 
 
@@ -49,13 +52,23 @@ def _inputs(b, t, s, n, h, with_bias, mask_shape):
   return q, k, v, dout, mask, bias
 
 
-def _loss_and_grads(impl, q, k, v, dout, mask, bias, dropout):
+def _step(impl, dout, mask, dropout, with_bias):
   def loss(q, k, v, bias):
     out = layers.attention(q, k, v, mask=mask, bias=bias, impl=impl,
                            dropout=dropout)
     return jnp.sum(out * dout)
-  argnums = (0, 1, 2, 3) if bias is not None else (0, 1, 2)
-  return jax.jit(jax.value_and_grad(loss, argnums))(q, k, v, bias)
+  argnums = (0, 1, 2, 3) if with_bias else (0, 1, 2)
+  return jax.jit(jax.value_and_grad(loss, argnums))
+
+
+def _loss_and_grads(impl, q, k, v, dout, mask, bias, dropout):
+  return _step(impl, dout, mask, dropout, bias is not None)(q, k, v, bias)
+
+
+def _assert_matches(got, want):
+  np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+  for g, w in zip(got[1], want[1]):
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * np.abs(w).max())
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
@@ -66,9 +79,37 @@ def test_the_kernel_matches_einsum_attention_and_its_gradients(case):
           if rate else None)
   want = _loss_and_grads("einsum", q, k, v, dout, mask, bias, drop)
   got = _loss_and_grads("cpu", q, k, v, dout, mask, bias, drop)
-  np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
-  for g, w in zip(got[1], want[1]):
-    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * np.abs(w).max())
+  _assert_matches(got, want)
+
+
+# A mesh and a case: rows and heads split; a bias shared by the rows (its
+# gradient summed over the devices that split them) with causal dropout;
+# a bias shared by the heads, with the one row kept whole.
+MESH_CASES = [
+    ({"data": 2, "tensor": 2}, CASES[0]),
+    ({"data": 2, "tensor": 2}, CASES[5]),
+    ({"fsdp": 2, "tensor": 2}, CASES[4]),
+]
+
+
+@pytest.mark.parametrize("cfg, case", MESH_CASES,
+                         ids=lambda c: "x".join(map(str, c)) if len(c) > 3
+                         else "_".join(f"{k}{v}" for k, v in c.items()))
+def test_on_a_mesh_each_device_runs_the_kernel_on_its_rows_and_heads(
+    cfg, case):
+  b, t, s, n, h, rate, with_bias, mask_shape = case
+  q, k, v, dout, mask, bias = _inputs(b, t, s, n, h, with_bias, mask_shape)
+  drop = (dropout_lib.KeyedDropout(jax.random.PRNGKey(7), rate)
+          if rate else None)
+  want = _loss_and_grads("einsum", q, k, v, dout, mask, bias, drop)
+  mesh = sharding.make_mesh(cfg, jax.devices()[:4])
+  step = _step("cpu", dout, mask, drop, bias is not None)
+  with sharding.activate(mesh, sharding.DEFAULT_RULES):
+    compiled = step.lower(q, k, v, bias).compile().as_text()
+    got = step(q, k, v, bias)
+  _assert_matches(got, want)  # dropout too: each device draws its slice
+  assert "zoo_attention_backward" in compiled
+  assert "all-gather" not in compiled
 
 
 def test_the_kernel_draws_the_einsum_dropout_mask():
@@ -112,9 +153,12 @@ def _lowered(monkeypatch, devices, impl="auto", platforms=None):
   return lowered.as_text()
 
 
-def test_auto_takes_the_kernel_on_one_cpu_device_only(monkeypatch):
+def test_auto_takes_the_kernel_on_one_device_or_inside_a_mesh(monkeypatch):
   assert "zoo_attention_forward" in _lowered(monkeypatch, 1)
   assert "zoo_attention_forward" not in _lowered(monkeypatch, 8)
+  mesh = sharding.make_mesh({"data": 2, "tensor": 2}, jax.devices()[:4])
+  with sharding.activate(mesh, sharding.DEFAULT_RULES):
+    assert "zoo_attention_forward" in _lowered(monkeypatch, 8)
   with cpu_attention.off():
     assert "zoo_attention_forward" not in _lowered(monkeypatch, 1)
   assert "zoo_attention_forward" in _lowered(monkeypatch, 1)

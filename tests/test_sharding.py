@@ -186,3 +186,31 @@ def test_one_process_feeds_every_batch_row_in_order():
   mesh = sharding.make_mesh(MESH_222)
   assert sharding.process_rows(mesh, sharding.DEFAULT_RULES, 16) == list(
       range(16))
+
+
+def _local_sizes(x, h):
+  """Each element: the batch and head sizes of the slice its device got."""
+  sizes = jnp.array([x.shape[0], x.shape[2]], jnp.float32)
+  return jnp.broadcast_to(sizes, x.shape[:3] + (2,)) + 0 * h.sum()
+
+
+@pytest.mark.parametrize("cfg, rows, want", [
+    (MESH_222, 8, (2, 2)),  # batch over data x fsdp, heads over tensor
+    (MESH_222, 6, (6, 2)),  # 6 rows do not split 4 ways: kept whole
+    ({"data": 1}, 8, (8, 4)),  # one device: the function itself
+])
+def test_per_device_splits_rows_and_heads_as_the_rules_say(cfg, rows, want):
+  mesh = sharding.make_mesh(cfg, jax.devices()[:8 if len(cfg) > 1 else 1])
+  x = jnp.zeros((rows, 5, 4, 3))
+  h = jnp.zeros((4,))
+  names = (("batch", None, "heads", None), ("heads",))
+  out_names = ("batch", None, "heads", None)
+  run = jax.jit(lambda x, h: sharding.per_device(_local_sizes, (x, h), names,
+                                                 out_names))
+  with sharding.activate(mesh, sharding.DEFAULT_RULES):
+    out = run(x, h)
+  assert out.shape == (rows, 5, 4, 2)
+  np.testing.assert_array_equal(out[..., 0], want[0])
+  np.testing.assert_array_equal(out[..., 1], want[1])
+  # Outside a mesh the function sees the whole arrays.
+  np.testing.assert_array_equal(run(x, h)[..., 0], rows)

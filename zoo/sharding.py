@@ -15,7 +15,7 @@ axis already taken by `batch` simply leaves `embed` unsharded.
 
 import contextlib
 import math
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import flax.linen as nn
 import jax
@@ -333,6 +333,48 @@ def activate(mesh: jax.sharding.Mesh, rules) -> Iterator[None]:
   """
   with jax.set_mesh(mesh), nn.logical_axis_rules(check_rules(rules)):
     yield
+
+
+# The logical axes a kernel that XLA cannot partition is split on.
+PER_DEVICE_AXES = ("batch", "heads")
+
+
+def per_device(fn: Callable[..., jax.Array], args: Sequence[jax.Array],
+               names: Sequence[tuple], out_names: tuple) -> jax.Array:
+  """fn(*args), each device computing its own rows and heads.
+
+  For kernels XLA cannot partition (a Pallas or FFI call), which a sharded
+  program would otherwise gather whole onto every device. Where a mesh of
+  more than one device is active (`activate`), fn runs under `shard_map`
+  on each device's slices: a dim named "batch" or "heads" is split over
+  the mesh axes the active rules give it (kept whole where they do not
+  divide it), every other dim is whole. Elsewhere fn runs on the arrays.
+
+  Args:
+    fn: (*local args) -> local output.
+    args: its array arguments.
+    names: per argument, a logical name (or None) per dim.
+    out_names: the same for fn's output.
+
+  Returns:
+    fn's output, global.
+  """
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or mesh.size == 1:
+    return fn(*args)
+  table = dict(nn.get_logical_axis_rules())
+  sizes = {name: x.shape[d] for x, dims in zip(args, names)
+           for d, name in enumerate(dims) if name in PER_DEVICE_AXES}
+  split, taken = {}, set()
+  for name, size in sizes.items():
+    axes = tuple(a for a in _target_axes(table.get(name))
+                 if a in mesh.shape and a not in taken)
+    if axes and size % math.prod(mesh.shape[a] for a in axes) == 0:
+      split[name] = axes
+      taken.update(axes)
+  spec = lambda dims: P(*(split.get(name) for name in dims))  # pylint: disable=unnecessary-lambda-assignment
+  return jax.shard_map(fn, mesh=mesh, in_specs=tuple(map(spec, names)),
+                       out_specs=spec(out_names), check_vma=False)(*args)
 
 
 def unbox(tree):

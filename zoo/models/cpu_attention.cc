@@ -127,6 +127,11 @@ inline int64_t BiasSize(const Dims& d) {
   return (d.bias_b ? d.B : 1) * (d.bias_n ? d.N : 1) * d.T * d.S;
 }
 
+// Whether the bias lacks a batch or head dim, so its gradient sums the
+// (b, n) items' ds (B = 1 or N = 1 included: a [1, 1, T, S] bias of one
+// item is summed the same way, through the threads' copies).
+inline bool SharedBias(const Dims& d) { return !(d.bias_b && d.bias_n); }
+
 inline int64_t Offset(const Dims& d, bool per_b, bool per_n, int64_t b,
                       int64_t n, int64_t i) {
   return (((per_b ? b : 0) * (per_n ? d.N : 1) + (per_n ? n : 0)) * d.T +
@@ -243,7 +248,7 @@ void Ds(const Args& a, int64_t b, int64_t n, int64_t i, int r, Tile& t) {
   for (int64_t s = S; s < width; ++s) dsr[s] = 0.0f;
   if (!a.ds) return;  // the bias gradient: ds summed over its broadcasts
   const int64_t at = Offset(d, d.bias_b, d.bias_n, b, n, i);
-  if (d.bias_b && d.bias_n) {
+  if (!SharedBias(d)) {
     std::copy_n(dsr, std::min(S, width), a.ds + at);
     std::fill(a.ds + at + std::min(S, width), a.ds + at + S, 0.0f);
     return;
@@ -425,7 +430,7 @@ ffi::Error BackwardImpl(ffi::ThreadPool pool, ffi::AnyBuffer q,
   a.ds = has_bias ? static_cast<float*>(ds->untyped_data()) : nullptr;
   if (a.d.H > 64) return ffi::Error::InvalidArgument("head dim above 64");
   const int64_t bias_size = BiasSize(a.d);
-  const bool shared = a.ds && bias_size < a.d.B * a.d.N * a.d.T * a.d.S;
+  const bool shared = a.ds && SharedBias(a.d);
   if (shared) std::fill_n(a.ds, bias_size, 0.0f);
   // A bias shared by several (b, n) items: each thread sums its items' ds
   // into its own copy, and the copies are added up at the end.

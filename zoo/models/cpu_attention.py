@@ -13,9 +13,9 @@ included: the keep bits are `zoo.models.dropout`'s counter hash of the
 same flat [B, N, T, S] index, so both draw the same mask from one key.
 
 `layers.attention(impl="auto")` uses it where it applies (`applies`):
-float32 compute, H <= 64, no dropout or a `KeyedDropout`, a process with
-one device (the kernel has no sharding rule: a sharded batch would be
-gathered first), and a kernel that builds. Other platforms lower the dense
+float32 compute, H <= 64, no dropout or a `KeyedDropout`, one device or
+an active mesh (where each device runs the kernel on its own rows and
+heads, `sharding.per_device`), and a kernel that builds. Other platforms lower the dense
 einsum instead (`lax.platform_dependent`), so a CPU host still plans TPU
 programs. The library is compiled with the host's C++ compiler on first
 use (`library`), into `<data dir>/kernels` (or `$ZOO_KERNEL_DIR`), once
@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import jaxlib
 import numpy as np
 
+from zoo import sharding
 from zoo.models import dropout as dropout_lib
 
 Array = jax.Array
@@ -148,13 +149,18 @@ def off():
 
 def applies(q: Array, k: Array, cdtype, dropout) -> bool:
   """Whether `impl="auto"` takes the kernel for this call (never with
-  `ZOO_CPU_ATTENTION=0` in the environment, nor inside `off()`)."""
+  `ZOO_CPU_ATTENTION=0` in the environment, nor inside `off()`).
+
+  With several devices, only inside an active mesh (`sharding.activate`),
+  where the kernel runs per device: a program sharded without one would
+  gather its operands onto every device."""
   if os.environ.get(ENV, "1").strip().lower() in ("0", "off", "false", "no"):
     return False
   if _state.get("off"):
     return False
-  return (jax.device_count() == 1 and why_not(q, k, cdtype, dropout) is None
-          and available())
+  one_device = (jax.device_count() == 1
+                or not jax.sharding.get_abstract_mesh().empty)
+  return one_device and why_not(q, k, cdtype, dropout) is None and available()
 
 
 def _full(x: Array | None, b: int, n: int, t: int, s: int, dtype) -> Array:
@@ -168,6 +174,11 @@ def _full(x: Array | None, b: int, n: int, t: int, s: int, dtype) -> Array:
 def attention(q: Array, k: Array, v: Array, mask: Array | None,
               bias: Array | None, scale: float, dropout, dense) -> Array:
   """The kernel on CPU, `dense()` on every other platform.
+
+  Inside a sharded step (an active mesh) the kernel runs per device on its
+  rows and heads (`sharding.per_device`); the global offsets of those rows
+  and heads go in as operands, so each device draws its slice of the one
+  global dropout mask.
 
   Args:
     q: [B, T, N, H]; k, v: [B, S, N, H].
@@ -189,10 +200,24 @@ def attention(q: Array, k: Array, v: Array, mask: Array | None,
   seeds = (jnp.zeros((2,), jnp.uint32) if dropout is None
            else dropout_lib.seeds(dropout.key))
   static = (float(scale), rate, mask is not None, bias is not None)
-  kernel = lambda *a: _kernel(*a, static)  # pylint: disable=unnecessary-lambda-assignment
-  return jax.lax.platform_dependent(
-      q.astype(jnp.float32), k.astype(jnp.float32), v.astype(jnp.float32),
-      mask_full, bias_full, seeds, cpu=kernel, default=lambda *_: dense())
+  args = (q.astype(jnp.float32), k.astype(jnp.float32),
+          v.astype(jnp.float32), mask_full, bias_full, seeds,
+          *_bases(b, n, t, s))
+  names = (_QKV, _QKV, _QKV, _lead(mask_full, b, n), _lead(bias_full, b, n),
+           (None,), ("batch",), ("heads",))
+  local = lambda *a: _kernel(*a, static)  # pylint: disable=unnecessary-lambda-assignment
+  kernel = lambda *a: sharding.per_device(local, a, names, _QKV)  # pylint: disable=unnecessary-lambda-assignment
+  return jax.lax.platform_dependent(*args, cpu=kernel,
+                                    default=lambda *_: dense())
+
+
+_QKV = ("batch", None, "heads", None)
+
+
+def _lead(x: Array, b: int, n: int) -> tuple:
+  """Logical names of a [B|1, N|1, T, S] operand's dims."""
+  return ("batch" if x.shape[0] == b else None,
+          "heads" if x.shape[1] == n else None, None, None)
 
 
 def _bases(b: int, n: int, t: int, s: int) -> tuple[Array, Array]:
@@ -208,36 +233,32 @@ def _attrs(static) -> dict:
               has_mask=has_mask, has_bias=has_bias)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
-def _kernel(q, k, v, mask, bias, seeds, static):
-  return _forward(q, k, v, mask, bias, seeds, static)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(8,))
+def _kernel(q, k, v, mask, bias, seeds, rows, heads, static):
+  """The kernel on [b, T, n, H] (b rows and n heads of the global batch,
+  whose flat [B, N, T, S] offsets are rows [b] + heads [n])."""
+  return _forward(q, k, v, mask, bias, seeds, rows, heads, static)[0]
 
 
-def _forward(q, k, v, mask, bias, seeds, static):
-  b, t, n, _ = q.shape
-  rows, heads = _bases(b, n, t, k.shape[1])
+def _forward(q, k, v, mask, bias, seeds, rows, heads, static):
   out = jax.ffi.ffi_call(_FORWARD, jax.ShapeDtypeStruct(q.shape, jnp.float32),
                          vmap_method="sequential")(
                              q, k, v, mask, bias, seeds, rows, heads,
                              **_attrs(static))
-  return out, (q, k, v, mask, bias, seeds)
+  return out, (q, k, v, mask, bias, seeds, rows, heads)
 
 
 def _backward(static, res, g):
-  q, k, v, mask, bias, seeds = res
-  b, t, n, _ = q.shape
-  s = k.shape[1]
+  q, k, v, mask, bias, seeds, rows, heads = res
   has_bias = static[3]
-  rows, heads = _bases(b, n, t, s)
   shapes = (q.shape, k.shape, v.shape, bias.shape if has_bias else (1,))
   dq, dk, dv, ds = jax.ffi.ffi_call(
       _BACKWARD, tuple(jax.ShapeDtypeStruct(x, jnp.float32) for x in shapes),
       vmap_method="sequential")(q, k, v, mask, bias, seeds, rows, heads,
                                 g.astype(jnp.float32), **_attrs(static))
   dbias = ds if has_bias else jnp.zeros_like(bias)
-  seeds_ct = np.zeros(seeds.shape, jax.dtypes.float0)
-  mask_ct = np.zeros(mask.shape, jax.dtypes.float0)
-  return dq, dk, dv, mask_ct, dbias, seeds_ct
+  zero = lambda x: np.zeros(x.shape, jax.dtypes.float0)  # pylint: disable=unnecessary-lambda-assignment
+  return dq, dk, dv, zero(mask), dbias, zero(seeds), zero(rows), zero(heads)
 
 
 _kernel.defvjp(_forward, _backward)

@@ -8,9 +8,9 @@ document is full (encoders) or causal (decoders); a prefix-LM mask, an
 additive bias (T5's relative positions) or attention dropout have no such
 form, so they stay on the einsum path (`layers.attention` decides).
 
-Inside a sharded step the kernel runs under `shard_map` over the batch and
-head axes of the logical rules (a Pallas kernel is not partitioned by
-XLA); each device attends its own rows and heads. Off TPU the same kernel
+Inside a sharded step the kernel runs per device on its own rows and heads
+(`sharding.per_device`: a Pallas kernel is not partitioned by XLA), with
+the whole length. Off TPU the same kernel
 runs in Pallas's interpret mode, for the numerics tests.
 
 Letters: B batch, T length, N heads, H head width.
@@ -18,14 +18,14 @@ Letters: B batch, T length, N heads, H head width.
 
 import functools
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax.experimental.pallas.ops.tpu.splash_attention import (
     splash_attention_kernel as kernel_lib)
 from jax.experimental.pallas.ops.tpu.splash_attention import (
     splash_attention_mask as mask_lib)
-from jax.sharding import PartitionSpec as P
+
+from zoo import sharding
 
 # Tile edge: TPU tiles are 128 lanes wide; longer rows use 512-wide tiles.
 BLOCK = 128
@@ -101,10 +101,6 @@ def attention(q, k, v, segmented, scale: float, dtype) -> jax.Array:
                          interpret=platform() != "tpu")
   args = (q.astype(dtype), k.astype(dtype), v.astype(dtype),
           segmented.segments.astype(jnp.int32))
-  mesh = jax.sharding.get_abstract_mesh()
-  if not mesh.empty:
-    spec = nn.logical_to_mesh_axes(("batch", "length", "heads", "kv"))
-    seg = P(spec[0], None)
-    fn = jax.shard_map(fn, mesh=mesh, in_specs=(spec, spec, spec, seg),
-                       out_specs=spec, check_vma=False)
-  return fn(*args).astype(jnp.float32)
+  qkv = ("batch", None, "heads", None)
+  out = sharding.per_device(fn, args, (qkv, qkv, qkv, ("batch", None)), qkv)
+  return out.astype(jnp.float32)
