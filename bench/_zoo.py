@@ -69,9 +69,14 @@ def build(config) -> dict[str, Any]:
   objective = lib.build_objective(config, lib.specials_of(config, loader))
   tx = optim.make(config.optimizer, int(config.steps))
   setup = lib.setup_state(objective, tx, config, mesh)
-  step = lib.make_train_step(objective, tx, config, setup,
-                             optim.schedule(config.optimizer,
-                                            int(config.steps)))
+  jitted = lib.make_train_step(objective, tx, config, setup,
+                               optim.schedule(config.optimizer,
+                                              int(config.steps)))
+
+  def step(state, batch):  # traced as `zoo.train` traces it: mesh active
+    with sharding.activate(mesh, setup.rules):
+      return jitted(state, batch)
+
   batch = lib.global_batch(next(loader), setup.batch_sharding, rows)
   return {"objective": objective, "setup": setup, "step": step,
           "batch": batch, "state": setup.init(lib.init_rng(int(config.seed)))}
