@@ -22,6 +22,18 @@ def test_grad_barrier_is_the_identity_in_both_passes():
                              rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_the_barrier_passes_a_gradient_on_bit_for_bit(dtype):
+  x = jax.random.normal(KEY, (3, 5)).astype(dtype)
+  w = jax.random.normal(jax.random.key(1), (3, 5)).astype(dtype)
+  w = w.at[0, 0].set(-0.0).at[0, 1].set(jnp.inf)  # signs and specials too
+  g = jax.jit(jax.grad(lambda x: (barrier.grad_barrier(x) * w).sum()))(x)
+  assert g.dtype == dtype
+  bits = jnp.uint16 if dtype == jnp.bfloat16 else jnp.uint32
+  as_bits = lambda a: jax.lax.bitcast_convert_type(a, bits)  # pylint: disable=unnecessary-lambda-assignment
+  np.testing.assert_array_equal(as_bits(g), as_bits(w))
+
+
 def _widest_fusion_of_gpt2_grad(num_layers: int) -> int:
   """Most operands of any fusion in the compiled dropout-on gradient."""
   _, model = models.make("gpt2", "tiny", num_layers=num_layers)
