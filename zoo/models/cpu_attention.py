@@ -15,11 +15,11 @@ same flat [B, N, T, S] index, so both draw the same mask from one key.
 `layers.attention(impl="auto")` uses it where it applies (`applies`):
 float32 compute, H <= 64, no dropout or a `KeyedDropout`, one device or
 an active mesh (where each device runs the kernel on its own rows and
-heads, `sharding.per_device`), and a kernel that builds. Other platforms lower the dense
-einsum instead (`lax.platform_dependent`), so a CPU host still plans TPU
-programs. The library is compiled with the host's C++ compiler on first
-use (`library`), into `<data dir>/kernels` (or `$ZOO_KERNEL_DIR`), once
-per source, jaxlib version and machine. `ZOO_CPU_ATTENTION=0` keeps
+heads, `sharding.per_device`), and a kernel that builds. Other platforms
+lower the dense einsum instead (`lax.platform_dependent`), so a CPU host
+still plans TPU programs. The library is compiled with the host's C++
+compiler on first use (`library`), into `<data dir>/kernels` (or
+`$ZOO_KERNEL_DIR`), once per source, jaxlib version and machine. `ZOO_CPU_ATTENTION=0` keeps
 "auto" on the einsum.
 """
 

@@ -10,8 +10,8 @@ form, so they stay on the einsum path (`layers.attention` decides).
 
 Inside a sharded step the kernel runs per device on its own rows and heads
 (`sharding.per_device`: a Pallas kernel is not partitioned by XLA), with
-the whole length. Off TPU the same kernel
-runs in Pallas's interpret mode, for the numerics tests.
+the whole length. Off TPU the same kernel runs in Pallas's interpret mode,
+for the numerics tests.
 
 Letters: B batch, T length, N heads, H head width.
 """
