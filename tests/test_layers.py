@@ -100,6 +100,40 @@ def test_bad_inputs_get_clear_errors():
     layers.Embed(4, 2).init(KEY, jnp.ones((1, 2)))
 
 
+@pytest.mark.parametrize("x_shape,k_shape,in_dims", [
+    ((3, 5, 7), (7, 4), 1),          # [B, T, D] @ [D, F]
+    ((2, 3, 4, 6), (4, 6, 9), 2),    # [B, T, N, H] @ [N, H, D]
+    ((5, 7), (7, 3, 2), 1),          # [K, D] @ [D, N, H]
+])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_dense_backward_is_autodiffs_product(x_shape, k_shape, in_dims,
+                                             dtype):
+  """`project`'s written-out backward gives autodiff's gradients."""
+  x, k = (jax.random.normal(jax.random.key(i), s)
+          for i, s in enumerate((x_shape, k_shape)))
+  g = jax.random.normal(jax.random.key(2),
+                        x_shape[:len(x_shape) - in_dims] + k_shape[in_dims:])
+  cdtype = jnp.dtype(dtype)
+  axes = (tuple(range(len(x_shape) - in_dims, len(x_shape))),
+          tuple(range(in_dims)))
+
+  def derived(x, k, *_):
+    y = jax.lax.dot_general(x.astype(cdtype), k.astype(cdtype),
+                            (axes, ((), ())), **layers.matmul_precision(cdtype))
+    return y.astype(jnp.float32)
+
+  def grads(fn):
+    loss = lambda x, k: jnp.sum(jnp.sin(fn(x, k, in_dims, dtype)) * g)
+    return jax.grad(loss, argnums=(0, 1))(x, k)
+
+  got, want = grads(layers.project), grads(derived)
+  np.testing.assert_array_equal(layers.project(x, k, in_dims, dtype),
+                                derived(x, k))
+  for a, b in zip(got, want):
+    assert a.dtype == b.dtype == jnp.float32
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
 def test_layernorm_and_rmsnorm_match_torch():
   x = jax.random.normal(KEY, (2, 3, 8)) * 3 + 1
   p = layers.LayerNorm(1e-5).init(KEY, x)

@@ -38,7 +38,7 @@ from zoo.models.positions import (  # pylint: disable=unused-import
 # The dense layer, initializers and compute dtypes every module builds on.
 from zoo.models.dense import (  # pylint: disable=unused-import
     Dense, Initializer, compute_dtype, default_init, einsum, fan_in_init,
-    matmul_precision, param_with_axes)
+    matmul_precision, param_with_axes, project)
 from zoo.models import cpu_attention
 from zoo.models import masks as masks_lib
 from zoo.models import splash
