@@ -337,6 +337,8 @@ def activate(mesh: jax.sharding.Mesh, rules) -> Iterator[None]:
 
 # The logical axes a kernel that XLA cannot partition is split on.
 PER_DEVICE_AXES = ("batch", "heads")
+# The logical names of an attention kernel's q, k, v and output [B, T, N, H].
+ATTENTION_QKV = ("batch", None, "heads", None)
 
 
 def per_device(fn: Callable[..., jax.Array], args: Sequence[jax.Array],

@@ -203,15 +203,13 @@ def attention(q: Array, k: Array, v: Array, mask: Array | None,
   args = (q.astype(jnp.float32), k.astype(jnp.float32),
           v.astype(jnp.float32), mask_full, bias_full, seeds,
           *_bases(b, n, t, s))
-  names = (_QKV, _QKV, _QKV, _lead(mask_full, b, n), _lead(bias_full, b, n),
+  qkv = sharding.ATTENTION_QKV
+  names = (qkv, qkv, qkv, _lead(mask_full, b, n), _lead(bias_full, b, n),
            (None,), ("batch",), ("heads",))
   local = lambda *a: _kernel(*a, static)  # pylint: disable=unnecessary-lambda-assignment
-  kernel = lambda *a: sharding.per_device(local, a, names, _QKV)  # pylint: disable=unnecessary-lambda-assignment
+  kernel = lambda *a: sharding.per_device(local, a, names, qkv)  # pylint: disable=unnecessary-lambda-assignment
   return jax.lax.platform_dependent(*args, cpu=kernel,
                                     default=lambda *_: dense())
-
-
-_QKV = ("batch", None, "heads", None)
 
 
 def _lead(x: Array, b: int, n: int) -> tuple:

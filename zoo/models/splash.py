@@ -101,6 +101,6 @@ def attention(q, k, v, segmented, scale: float, dtype) -> jax.Array:
                          interpret=platform() != "tpu")
   args = (q.astype(dtype), k.astype(dtype), v.astype(dtype),
           segmented.segments.astype(jnp.int32))
-  qkv = ("batch", None, "heads", None)
+  qkv = sharding.ATTENTION_QKV
   out = sharding.per_device(fn, args, (qkv, qkv, qkv, ("batch", None)), qkv)
   return out.astype(jnp.float32)
