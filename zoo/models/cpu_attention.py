@@ -19,8 +19,8 @@ heads, `sharding.per_device`), and a kernel that builds. Other platforms
 lower the dense einsum instead (`lax.platform_dependent`), so a CPU host
 still plans TPU programs. The library is compiled with the host's C++
 compiler on first use (`library`), into `<data dir>/kernels` (or
-`$ZOO_KERNEL_DIR`), once per source, jaxlib version and machine. `ZOO_CPU_ATTENTION=0` keeps
-"auto" on the einsum.
+`$ZOO_KERNEL_DIR`), once per source, jaxlib version and machine.
+`ZOO_CPU_ATTENTION=0` keeps "auto" on the einsum.
 """
 
 import contextlib
