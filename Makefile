@@ -43,11 +43,11 @@ $(DSTAMP): | $(BIN)/python
 
 data-packages: $(DSTAMP)
 
-# The sample corpus, and the CPU attention kernel built for this host
-# (zoo.models.cpu_attention; it would otherwise build on first use).
+# The sample corpus, and the CPU kernels built for this host
+# (zoo.models.cpu_kernels; it would otherwise build on first use).
 data: $(STAMP) $(DSTAMP)
 	$(BIN)/python -m data.sample
-	$(BIN)/python -m zoo.models.cpu_attention
+	$(BIN)/python -m zoo.models.cpu_kernels
 
 # The main job: the comparison harness on the demo grid (three tiny schemes
 # and their random-init rows, three tasks) over the embedded sample; prints

@@ -186,15 +186,3 @@ def test_a_module_dropout_is_refused_by_name():
   q = jnp.ones((1, 4, 1, 8))
   with pytest.raises(ValueError, match="not a KeyedDropout"):
     layers.attention(q, q, q, impl="cpu", dropout=lambda p: p)
-
-
-def test_a_failed_build_is_an_error_naming_the_compiler(monkeypatch,
-                                                        tmp_path):
-  monkeypatch.setattr(cpu_attention, "_state", {})
-  monkeypatch.setenv("ZOO_KERNEL_DIR", str(tmp_path))
-  monkeypatch.setenv("CXX", "no-such-compiler")
-  with pytest.raises(RuntimeError, match="no-such-compiler"):
-    cpu_attention.library()
-  with pytest.warns(UserWarning, match="using XLA's"):
-    assert not cpu_attention.available()
-  assert not list(tmp_path.glob("*.so"))

@@ -106,9 +106,11 @@ def test_bad_inputs_get_clear_errors():
     ((5, 7), (7, 3, 2), 1),          # [K, D] @ [D, N, H]
 ])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("devices", [1, 8])  # 1: through the CPU transpose
 def test_dense_backward_is_autodiffs_product(x_shape, k_shape, in_dims,
-                                             dtype):
+                                             dtype, devices, monkeypatch):
   """`project`'s written-out backward gives autodiff's gradients."""
+  monkeypatch.setattr(jax, "device_count", lambda: devices)
   x, k = (jax.random.normal(jax.random.key(i), s)
           for i, s in enumerate((x_shape, k_shape)))
   g = jax.random.normal(jax.random.key(2),

@@ -21,18 +21,15 @@
 // heads draw the global mask).
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
-#include <memory>
-#include <mutex>
 #include <type_traits>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
 #include "cpu_attention_simd.h"
+#include "cpu_parallel.h"
 
 namespace ffi = xla::ffi;
 
@@ -307,38 +304,12 @@ void Backward(const Args& a, int64_t item, Tile& t) {
   Transposed(F(t.dvt), d.S, H, SV * kLanes, stride, a.dv + at);
 }
 
-// Runs fn(item, tile) for every (b, n) item on the caller's thread and the
-// XLA thread pool's, then finish(tile) once per thread that ran any, one
-// thread at a time; returns when every item is done. Workers that start
-// after the items ran out return at once, so the caller never waits on a
-// task that was not scheduled to run.
+// Runs fn(item, tile) for every (b, n) item on the pool (`zoo::ParallelFor`,
+// one Tile per thread), then finish(tile) once per thread that ran any.
 template <typename Fn, typename Finish>
 void ParallelItems(ffi::ThreadPool& pool, const Dims& d, Fn fn,
                    Finish finish) {
-  struct State {
-    std::atomic<int64_t> next{0};
-    std::atomic<int64_t> done{0};
-    std::mutex mu;
-    std::condition_variable cv;
-  };
-  const int64_t items = d.B * d.N;
-  auto state = std::make_shared<State>();
-  auto work = [state, items, d, fn, finish]() {
-    Tile tile(d);
-    int64_t finished = 0;
-    for (int64_t i; (i = state->next.fetch_add(1)) < items; ++finished)
-      fn(i, tile);
-    if (!finished) return;
-    std::lock_guard<std::mutex> lock(state->mu);
-    finish(tile);
-    if (state->done.fetch_add(finished) + finished == items)
-      state->cv.notify_all();
-  };
-  const int64_t helpers = std::min<int64_t>(pool.num_threads(), items) - 1;
-  for (int64_t w = 0; w < helpers; ++w) pool.Schedule(decltype(work)(work));
-  work();
-  std::unique_lock<std::mutex> lock(state->mu);
-  state->cv.wait(lock, [&] { return state->done.load() == items; });
+  zoo::ParallelFor(pool, d.B * d.N, [d] { return Tile(d); }, fn, finish);
 }
 
 // fn(std::integral_constant<int, HV>) for HV in 1..8.

@@ -17,107 +17,27 @@ float32 compute, H <= 64, no dropout or a `KeyedDropout`, one device or
 an active mesh (where each device runs the kernel on its own rows and
 heads, `sharding.per_device`), and a kernel that builds. Other platforms
 lower the dense einsum instead (`lax.platform_dependent`), so a CPU host
-still plans TPU programs. The library is compiled with the host's C++
-compiler on first use (`library`), into `<data dir>/kernels` (or
-`$ZOO_KERNEL_DIR`), once per source, jaxlib version and machine.
+still plans TPU programs. The kernel is in the library of
+`zoo.models.cpu_kernels`, built for the host on first use.
 `ZOO_CPU_ATTENTION=0` keeps "auto" on the einsum.
 """
 
-import contextlib
-import ctypes
 import functools
-import hashlib
-import os
-import platform
-import subprocess
-import tempfile
-import warnings
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import jaxlib
 import numpy as np
 
 from zoo import sharding
+from zoo.models import cpu_kernels
 from zoo.models import dropout as dropout_lib
 
 Array = jax.Array
 
 ENV = "ZOO_CPU_ATTENTION"
-SOURCE = Path(__file__).with_suffix(".cc")
-HEADER = SOURCE.with_name("cpu_attention_simd.h")
 MAX_HEAD_DIM = 64
-_FLAGS = ("-O3", "-march=native", "-std=c++17", "-fPIC", "-shared",
-          "-fno-math-errno")
 _FORWARD, _BACKWARD = "zoo_attention_forward", "zoo_attention_backward"
-_state: dict = {}
-
-
-def kernel_dir() -> Path:
-  """Where built kernels live: `$ZOO_KERNEL_DIR`, else `<data dir>/kernels`."""
-  if os.environ.get("ZOO_KERNEL_DIR"):
-    return Path(os.environ["ZOO_KERNEL_DIR"])
-  import data  # pylint: disable=import-outside-toplevel
-  return data.data_dir() / "kernels"
-
-
-def _build(target: Path) -> None:
-  compiler = os.environ.get("CXX", "g++")
-  include = jax.ffi.include_dir()
-  target.parent.mkdir(parents=True, exist_ok=True)
-  with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-    out = Path(tmp) / target.name
-    cmd = [compiler, *_FLAGS, "-I", include, str(SOURCE), "-o", str(out)]
-    try:
-      run = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    except FileNotFoundError as e:
-      raise RuntimeError(f"no C++ compiler {compiler!r} to build the CPU "
-                         "attention kernel (set CXX)") from e
-    if run.returncode:
-      raise RuntimeError(f"building the CPU attention kernel failed "
-                         f"({' '.join(cmd)}):\n{run.stderr[-2000:]}")
-    os.replace(out, target)  # atomic: processes may build side by side
-
-
-def library() -> Path:
-  """The built kernel library (compiled on first use), registered with XLA.
-
-  Raises:
-    RuntimeError: when the compiler is missing or the build fails.
-  """
-  if "path" in _state:
-    return _state["path"]
-  if "error" in _state:
-    raise RuntimeError(_state["error"])
-  key = hashlib.sha256(SOURCE.read_bytes() + HEADER.read_bytes() + " ".join(
-      (*_FLAGS, jaxlib.__version__, platform.machine())).encode())
-  target = kernel_dir() / f"cpu_attention-{key.hexdigest()[:16]}.so"
-  try:
-    if not target.exists():
-      _build(target)
-    lib = ctypes.cdll.LoadLibrary(str(target))
-  except (OSError, RuntimeError) as e:
-    _state["error"] = str(e)
-    raise RuntimeError(str(e)) from e
-  for name, symbol in ((_FORWARD, lib.ZooAttentionForward),
-                       (_BACKWARD, lib.ZooAttentionBackward)):
-    jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(symbol),
-                                platform="cpu")
-  _state["path"] = target
-  return target
-
-
-def available() -> bool:
-  """Whether the kernel builds and loads here (warns once when not)."""
-  try:
-    library()
-    return True
-  except RuntimeError as e:
-    if not _state.get("warned"):
-      _state["warned"] = True
-      warnings.warn(f"CPU attention kernel unavailable, using XLA's: {e}")
-    return False
+off = cpu_kernels.off
 
 
 def why_not(q: Array, k: Array, cdtype, dropout) -> str | None:
@@ -135,18 +55,6 @@ def why_not(q: Array, k: Array, cdtype, dropout) -> str | None:
   return None
 
 
-@contextlib.contextmanager
-def off():
-  """No kernel for "auto" in programs traced inside: e.g. to count the
-  dense attention's FLOPs, which XLA's cost analysis cannot see in a custom
-  call."""
-  _state["off"] = _state.get("off", 0) + 1
-  try:
-    yield
-  finally:
-    _state["off"] -= 1
-
-
 def applies(q: Array, k: Array, cdtype, dropout) -> bool:
   """Whether `impl="auto"` takes the kernel for this call (never with
   `ZOO_CPU_ATTENTION=0` in the environment, nor inside `off()`).
@@ -154,13 +62,12 @@ def applies(q: Array, k: Array, cdtype, dropout) -> bool:
   With several devices, only inside an active mesh (`sharding.activate`),
   where the kernel runs per device: a program sharded without one would
   gather its operands onto every device."""
-  if os.environ.get(ENV, "1").strip().lower() in ("0", "off", "false", "no"):
-    return False
-  if _state.get("off"):
+  if cpu_kernels.switched_off(ENV) or cpu_kernels.is_off():
     return False
   one_device = (jax.device_count() == 1
                 or not jax.sharding.get_abstract_mesh().empty)
-  return one_device and why_not(q, k, cdtype, dropout) is None and available()
+  return (one_device and why_not(q, k, cdtype, dropout) is None
+          and cpu_kernels.available())
 
 
 def _full(x: Array | None, b: int, n: int, t: int, s: int, dtype) -> Array:
@@ -191,7 +98,7 @@ def attention(q: Array, k: Array, v: Array, mask: Array | None,
   Returns:
     [B, T, N, H] float32.
   """
-  library()
+  cpu_kernels.library()
   b, t, n, _ = q.shape
   s = k.shape[1]
   mask_full = _full(mask, b, n, t, s, jnp.bool_)
@@ -260,7 +167,3 @@ def _backward(static, res, g):
 
 
 _kernel.defvjp(_forward, _backward)
-
-
-if __name__ == "__main__":
-  print(library())

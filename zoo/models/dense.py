@@ -12,6 +12,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo.models import cpu_kernels
+
 Array = jax.Array
 Initializer = Callable[..., Array]
 
@@ -97,11 +99,34 @@ def _contract_bwd(in_dims, residuals, g):
   """
   x, kernel = residuals
   kw = matmul_precision(x.dtype)
-  lead = tuple(range(x.ndim - in_dims))
-  outs = (tuple(range(len(lead), g.ndim)), tuple(range(in_dims, kernel.ndim)))
+  lead = x.ndim - in_dims
+  outs = (tuple(range(lead, g.ndim)), tuple(range(in_dims, kernel.ndim)))
   dx = jax.lax.dot_general(g, kernel, (outs, ((), ())), **kw)
-  dk = jax.lax.dot_general(x, g, ((lead, lead), ((), ())), **kw)
-  return dx.astype(x.dtype), dk.astype(kernel.dtype)
+  return dx.astype(x.dtype), _kernel_grad(x, g, lead, kw).astype(kernel.dtype)
+
+
+def _kernel_grad(x: Array, g: Array, lead: int, kw: dict) -> Array:
+  """dk = x^T g over the `lead` leading axes: x [*L, *I], g [*L, *O] ->
+  [*I, *O].
+
+  XLA:CPU's matmul library takes its lhs with the contracted axes last, so
+  XLA copies x transposed first, in a loop that reads x a column at a
+  time: at the harness's sizes that copy took longer than the matmul. On
+  one CPU device the copy is `cpu_kernels.transpose`'s tiled one instead
+  (the same numbers); other platforms lower the product as it stands.
+  """
+  axes = tuple(range(lead))
+  derived = lambda x, g: jax.lax.dot_general(  # pylint: disable=unnecessary-lambda-assignment
+      x, g, ((axes, axes), ((), ())), **kw)
+  if not cpu_kernels.transpose_applies():
+    return derived(x, g)
+
+  def tiled(x, g):
+    xt = cpu_kernels.transpose(x, lead)  # [*I, *L]
+    moved = tuple(range(x.ndim - lead, x.ndim))
+    return jax.lax.dot_general(xt, g, ((moved, axes), ((), ())), **kw)
+
+  return jax.lax.platform_dependent(x, g, cpu=tiled, default=derived)
 
 
 _contract.defvjp(_contract_fwd, _contract_bwd)

@@ -1,0 +1,65 @@
+"""The CPU kernel library: its build, and the tiled transpose with the
+weight gradients that use it (the attention kernel: test_cpu_attention)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from zoo.models import cpu_kernels, layers
+
+
+@pytest.mark.parametrize("shape,lead,dtype", [
+    ((37, 45), 1, jnp.float32),        # odd: part tiles on both sides
+    ((2, 48, 64), 2, jnp.float32),     # whole 32 x 32 tiles (the AVX path)
+    ((3, 33, 4, 9), 2, jnp.bfloat16),
+    ((5, 70), 1, jnp.int8),
+    ((4, 3, 2), 1, jnp.uint32),
+    ((6, 5), 0, jnp.float32),          # nothing leading: a plain copy
+])
+def test_transpose_is_jnps(shape, lead, dtype):
+  x = (jax.random.normal(jax.random.key(0), shape) * 50).astype(dtype)
+  perm = (*range(lead, len(shape)), *range(lead))
+  got = jax.jit(lambda x: cpu_kernels.transpose(x, lead))(x)
+  assert got.dtype == x.dtype
+  np.testing.assert_array_equal(got, jnp.transpose(x, perm))
+
+
+def _step(in_dims=1):
+  """A dense layer's loss and its gradients, jitted."""
+  def loss(x, k):
+    return jnp.sum(jnp.sin(layers.project(x, k, in_dims, "float32")))
+  return jax.jit(jax.grad(loss, argnums=(0, 1)))
+
+
+def test_weight_gradients_take_the_transpose_on_one_device(monkeypatch):
+  x = jax.random.normal(jax.random.key(0), (3, 40, 33))
+  k = jax.random.normal(jax.random.key(1), (33, 20))
+  lowered = lambda: _step().trace(x, k).lower().as_text()  # pylint: disable=unnecessary-lambda-assignment
+  assert "zoo_transpose" not in lowered()  # 8 devices: not partitioned
+  want = _step()(x, k)
+  monkeypatch.setattr(jax, "device_count", lambda: 1)
+  assert "zoo_transpose" in lowered()
+  got = _step()(x, k)
+  for a, b in zip(got, want):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+  tpu = _step().trace(x, k).lower(lowering_platforms=("tpu",)).as_text()
+  assert "zoo_transpose" not in tpu
+  with cpu_kernels.off():
+    assert "zoo_transpose" not in lowered()
+  monkeypatch.setenv(cpu_kernels.TRANSPOSE_ENV, "0")
+  assert "zoo_transpose" not in lowered()
+
+
+def test_a_failed_build_is_an_error_naming_the_compiler(monkeypatch,
+                                                        tmp_path):
+  monkeypatch.setattr(cpu_kernels, "_state", {})
+  monkeypatch.setenv("ZOO_KERNEL_DIR", str(tmp_path))
+  monkeypatch.setenv("CXX", "no-such-compiler")
+  monkeypatch.setattr(jax, "device_count", lambda: 1)
+  with pytest.raises(RuntimeError, match="no-such-compiler"):
+    cpu_kernels.library()
+  with pytest.warns(UserWarning, match="using XLA's"):
+    assert not cpu_kernels.available()
+  assert not cpu_kernels.transpose_applies()
+  assert not list(tmp_path.glob("*.so"))
