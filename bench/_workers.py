@@ -23,7 +23,8 @@ def _build(kind: str, spec: dict[str, Any]):
   if kind == "zoo":
     fn, flops, _ = _zoo.prepare_step(
         spec["name"], spec["dtype"], spec["batch"], spec["seq_len"],
-        size=spec["size"], model_args=spec["model_args"])
+        size=spec["size"], model_args=spec["model_args"],
+        vocab_size=spec.get("vocab_size"))
     return fn, {"flops": flops}
   import _hf  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   shapes = _zoo.reference_shapes(spec["name"], spec["batch"],

@@ -46,15 +46,16 @@ def speed_args(name: str, attention_impl: str = "auto",
 
 
 def make_config(name: str, dtype: str, batch: int, seq_len: int,
-                size: str | None = None, model_args: dict | None = None
-                ) -> ml_collections.ConfigDict:
-  """The training config of benchmark `name` on synthetic data."""
+                size: str | None = None, model_args: dict | None = None,
+                vocab_size: int | None = None) -> ml_collections.ConfigDict:
+  """The training config of benchmark `name` on synthetic data (vocabulary:
+  `vocab_size`, else 512 at the tiny size and the reference's otherwise)."""
   module, default_size, vocab = SPECS[name]
   c = importlib.import_module(module).get_config(None)
   c.size = size or default_size
   c.batch_size, c.seq_len, c.steps = batch, seq_len, 1000
   c.data.source = "synthetic"
-  c.data.vocab_size = 512 if size == "tiny" else vocab
+  c.data.vocab_size = vocab_size or (512 if size == "tiny" else vocab)
   c.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})
   c.model_args = ml_collections.ConfigDict(dict(model_args or {},
                                                 dtype=dtype))
@@ -111,7 +112,8 @@ def reference_shapes(name: str, batch: int, seq_len: int,
 
 
 def prepare_step(name: str, dtype: str, batch: int, seq_len: int,
-                 size: str | None = None, model_args: dict | None = None):
+                 size: str | None = None, model_args: dict | None = None,
+                 vocab_size: int | None = None):
   """One train step ready to time: `(step_fn, flops, shapes)`.
 
   Args:
@@ -121,13 +123,15 @@ def prepare_step(name: str, dtype: str, batch: int, seq_len: int,
     seq_len: T.
     size: overrides the spec's zoo size (e.g. "tiny" for a dry run).
     model_args: more model Config overrides (e.g. attention_impl).
+    vocab_size: overrides the vocabulary (`make_config`).
 
   Returns:
     `step_fn()` runs one donated step and blocks until it is done (the
     first call compiles); `flops` its model FLOPs; `shapes` what the
     reference needs to mirror it.
   """
-  run = build(make_config(name, dtype, batch, seq_len, size, model_args))
+  run = build(make_config(name, dtype, batch, seq_len, size, model_args,
+                          vocab_size))
   flops = model_flops(run)
   holder = {"state": run["state"]}
 

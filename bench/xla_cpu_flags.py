@@ -1,7 +1,7 @@
 """The zoo's tiny training steps under XLA CPU options or environments, in turns.
 
     python bench/xla_cpu_flags.py [--models bert-base,gpt2-small,t5-small]
-        [--size tiny] [--batch 32] [--seq_len 128] [--steps 9]
+        [--size tiny] [--batch 32] [--seq_len 128] [--vocab N] [--steps 9]
         [--variants "default;--xla_cpu_experimental_ynn_fusion_type=-reduce"]
 
 Each variant is a set of `XLA_FLAGS` (`--name=value` words) and
@@ -31,6 +31,9 @@ def parse_args(argv):
   p.add_argument("--size", default="tiny")
   p.add_argument("--batch", type=int, default=32)
   p.add_argument("--seq_len", type=int, default=128)
+  p.add_argument("--vocab", type=int, default=None,
+                 help="vocabulary size (default: 512 at tiny, else the "
+                 "reference's; the demo grid's is 4000)")
   p.add_argument("--steps", type=int, default=9)
   p.add_argument("--warmup", type=int, default=2)
   p.add_argument("--variants", default=";".join(VARIANTS),
@@ -47,7 +50,8 @@ def parse_args(argv):
 def run_model(name: str, args) -> dict[str, float]:
   """Median step seconds of `name` under each variant, timed in turns."""
   spec = {"name": name, "batch": args.batch, "seq_len": args.seq_len,
-          "size": args.size, "dtype": "float32", "model_args": {}}
+          "size": args.size, "dtype": "float32", "model_args": {},
+          "vocab_size": args.vocab}
   workers = []
   try:
     for flags in args.variants:

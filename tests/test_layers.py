@@ -136,6 +136,34 @@ def test_dense_backward_is_autodiffs_product(x_shape, k_shape, in_dims,
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("x_shape", [(3, 5, 7), (4, 7)])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("devices", [1, 8])  # 1: through the CPU transpose
+def test_unembed_backward_is_autodiffs_product(x_shape, dtype, devices,
+                                               monkeypatch):
+  """A tied head's written-out backward gives autodiff's gradients."""
+  monkeypatch.setattr(jax, "device_count", lambda: devices)
+  x = jax.random.normal(jax.random.key(0), x_shape)
+  table = jax.random.normal(jax.random.key(1), (11, x_shape[-1]))
+  g = jax.random.normal(jax.random.key(2), x_shape[:-1] + (11,))
+  cdtype = jnp.dtype(dtype)
+
+  def derived(x, t, *_):
+    y = jnp.einsum("...d,vd->...v", x.astype(cdtype), t.astype(cdtype),
+                   **layers.matmul_precision(cdtype))
+    return y.astype(jnp.float32)
+
+  def grads(fn):
+    loss = lambda x, t: jnp.sum(jnp.sin(fn(x, t, dtype)) * g)
+    return jax.grad(loss, argnums=(0, 1))(x, table)
+
+  np.testing.assert_array_equal(layers.unembed(x, table, dtype),
+                                derived(x, table))
+  for a, b in zip(grads(layers.unembed), grads(derived)):
+    assert a.dtype == b.dtype == jnp.float32
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
 def test_layernorm_and_rmsnorm_match_torch():
   x = jax.random.normal(KEY, (2, 3, 8)) * 3 + 1
   p = layers.LayerNorm(1e-5).init(KEY, x)

@@ -105,31 +105,70 @@ def _contract_bwd(in_dims, residuals, g):
   return dx.astype(x.dtype), _kernel_grad(x, g, lead, kw).astype(kernel.dtype)
 
 
-def _kernel_grad(x: Array, g: Array, lead: int, kw: dict) -> Array:
+def _kernel_grad(x: Array, g: Array, lead: int, kw: dict,
+                 transposed: bool = False) -> Array:
   """dk = x^T g over the `lead` leading axes: x [*L, *I], g [*L, *O] ->
-  [*I, *O].
+  [*I, *O] ([*O, *I] when `transposed`, a table's gradient).
 
   XLA:CPU's matmul library takes its lhs with the contracted axes last, so
-  XLA copies x transposed first, in a loop that reads x a column at a
-  time: at the harness's sizes that copy took longer than the matmul. On
+  XLA copies the lhs transposed first, in a loop that reads it a column at
+  a time: at the harness's sizes that copy took longer than the matmul. On
   one CPU device the copy is `cpu_kernels.transpose`'s tiled one instead
-  (the same numbers); other platforms lower the product as it stands.
+  (the same numbers), and so is the small [*I, *O] result's transpose when
+  `transposed`, which XLA would otherwise fold back into a transposed
+  [*L, *O] lhs; other platforms lower autodiff's product as it stands.
   """
   axes = tuple(range(lead))
+  operands = (g, x) if transposed else (x, g)
   derived = lambda x, g: jax.lax.dot_general(  # pylint: disable=unnecessary-lambda-assignment
-      x, g, ((axes, axes), ((), ())), **kw)
+      *operands, ((axes, axes), ((), ())), **kw)
   if not cpu_kernels.transpose_applies():
     return derived(x, g)
 
   def tiled(x, g):
     xt = cpu_kernels.transpose(x, lead)  # [*I, *L]
     moved = tuple(range(x.ndim - lead, x.ndim))
-    return jax.lax.dot_general(xt, g, ((moved, axes), ((), ())), **kw)
+    dk = jax.lax.dot_general(xt, g, ((moved, axes), ((), ())), **kw)
+    return cpu_kernels.transpose(dk, x.ndim - lead) if transposed else dk
 
   return jax.lax.platform_dependent(x, g, cpu=tiled, default=derived)
 
 
 _contract.defvjp(_contract_fwd, _contract_bwd)
+
+
+def unembed(x: Array, table: Array, dtype_name: str) -> Array:
+  """x [..., D] against a table [V, D] -> [..., V] float32 (a tied output
+  head's logits), both cast to `dtype_name`.
+
+  Its backward pass is autodiff's, written out as `project`'s is:
+  dx = g table, and d table = g^T x through `_kernel_grad`.
+  """
+  dtype = compute_dtype(dtype_name)
+  return _contract_rows(x.astype(dtype), table.astype(dtype))
+
+
+@jax.custom_vjp
+def _contract_rows(x: Array, table: Array) -> Array:
+  y = jax.lax.dot_general(x, table, (((x.ndim - 1,), (1,)), ((), ())),
+                          **matmul_precision(x.dtype))
+  return y.astype(jnp.float32)
+
+
+def _contract_rows_fwd(x, table):
+  return _contract_rows(x, table), (x, table)
+
+
+def _contract_rows_bwd(residuals, g):
+  """g [..., V] float32 -> (dx [..., D], d table [V, D]), x's dtype."""
+  x, table = residuals
+  kw = matmul_precision(x.dtype)
+  dx = jax.lax.dot_general(g, table, (((g.ndim - 1,), (0,)), ((), ())), **kw)
+  dt = _kernel_grad(x, g, x.ndim - 1, kw, transposed=True)
+  return dx.astype(x.dtype), dt.astype(table.dtype)
+
+
+_contract_rows.defvjp(_contract_rows_fwd, _contract_rows_bwd)
 
 
 def param_with_axes(module: nn.Module, name: str, init: Initializer,

@@ -38,7 +38,7 @@ from zoo.models.positions import (  # pylint: disable=unused-import
 # The dense layer, initializers and compute dtypes every module builds on.
 from zoo.models.dense import (  # pylint: disable=unused-import
     Dense, Initializer, compute_dtype, default_init, einsum, fan_in_init,
-    matmul_precision, param_with_axes, project)
+    matmul_precision, param_with_axes, project, unembed)
 from zoo.models import cpu_attention
 from zoo.models import masks as masks_lib
 from zoo.models import splash
@@ -78,8 +78,8 @@ class Embed(nn.Module):
     return jnp.take(self.embedding, ids, axis=0)
 
   def attend(self, x: Array) -> Array:
-    """x [B, T, D] -> logits [B, T, V] float32 against the table."""
-    return einsum("btd,vd->btv", x, self.embedding, compute_dtype(self.dtype))
+    """x [..., D] -> logits [..., V] float32 against the table (`unembed`)."""
+    return unembed(x, self.embedding, self.dtype)
 
 
 def position_init(kind: str) -> Initializer:
