@@ -119,9 +119,8 @@ def _kernel_grad(x: Array, g: Array, lead: int, kw: dict,
   [*L, *O] lhs; other platforms lower autodiff's product as it stands.
   """
   axes = tuple(range(lead))
-  operands = (g, x) if transposed else (x, g)
   derived = lambda x, g: jax.lax.dot_general(  # pylint: disable=unnecessary-lambda-assignment
-      *operands, ((axes, axes), ((), ())), **kw)
+      *((g, x) if transposed else (x, g)), ((axes, axes), ((), ())), **kw)
   if not cpu_kernels.transpose_applies():
     return derived(x, g)
 
