@@ -4,9 +4,12 @@
         [--size tiny] [--batch 32] [--seq_len 128] [--vocab N] [--steps 9]
         [--variants "default;--xla_cpu_experimental_ynn_fusion_type=-reduce"]
 
-Each variant is a set of `XLA_FLAGS` (`--name=value` words) and
-environment variables (`NAME=value` words, e.g. `ZOO_HOST_MALLOC=0`)
-given to its own worker process before it imports jax and the zoo; the workers build the same step
+Each variant is a set of `XLA_FLAGS` (`--name=value` words), environment
+variables (`NAME=value` words, e.g. `ZOO_HOST_MALLOC=0`) and model Config
+overrides (`model.NAME=value` words, e.g. `model.relpos_from=positions`;
+the value is read as a Python literal, else kept as a string), given to
+its own worker process before it imports jax and the zoo; the workers
+build the same step
 (`_zoo.prepare_step`: the one trainer's jitted, donated step) and take
 turns (`_common.interleaved_medians`), so the host's drift falls on every
 variant alike. The last line prints each variant's step time relative to
@@ -14,6 +17,7 @@ the first variant, per model: below 1 is faster.
 """
 
 import argparse
+import ast
 import sys
 
 import _common  # pylint: disable=g-bad-import-order
@@ -47,6 +51,28 @@ def parse_args(argv):
   return args
 
 
+def variant(flags: str) -> tuple[str, dict[str, str], dict]:
+  """`(XLA_FLAGS, environment, model Config overrides)` of one variant."""
+  words = [] if flags == "default" else flags.split()
+  bad = [w for w in words if not w.startswith("--") and "=" not in w]
+  if bad:
+    raise ValueError(f"variant words {bad} are neither --flags nor "
+                     "NAME=value")
+  xla = " ".join(w for w in words if w.startswith("--"))
+  pairs = [w.split("=", 1) for w in words if not w.startswith("--")]
+  env = {k: v for k, v in pairs if not k.startswith("model.")}
+  model = {k[len("model."):]: _literal(v) for k, v in pairs
+           if k.startswith("model.")}
+  return xla, env, model
+
+
+def _literal(text: str):
+  try:
+    return ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    return text
+
+
 def run_model(name: str, args) -> dict[str, float]:
   """Median step seconds of `name` under each variant, timed in turns."""
   spec = {"name": name, "batch": args.batch, "seq_len": args.seq_len,
@@ -55,11 +81,10 @@ def run_model(name: str, args) -> dict[str, float]:
   workers = []
   try:
     for flags in args.variants:
-      words = [] if flags == "default" else flags.split()
-      xla = " ".join(w for w in words if w.startswith("--"))
-      env = dict(w.split("=", 1) for w in words if not w.startswith("--"))
-      workers.append(_workers.Worker("zoo", dict(spec, xla_flags=xla, env=env),
-                                     args.warmup, label=flags))
+      xla, env, model = variant(flags)
+      workers.append(_workers.Worker(
+          "zoo", dict(spec, xla_flags=xla, env=env, model_args=model),
+          args.warmup, label=flags))
     return _common.interleaved_medians(_workers.steppers(workers),
                                        args.steps, 0)
   finally:

@@ -122,6 +122,18 @@ def test_train_step_runs_the_zoo_on_each_cpu_device_count():
   assert train_step._env("hf", 1, args) == {"ZOO_HOST_MALLOC": "0"}  # pylint: disable=protected-access
 
 
+def test_flag_variants_split_into_xla_flags_environment_and_model_args():
+  import xla_cpu_flags  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+  assert xla_cpu_flags.variant("default") == ("", {}, {})
+  assert xla_cpu_flags.variant(
+      "--xla_a=1 ZOO_CPU_TRANSPOSE=0 model.relpos_from=positions "
+      "model.scan_layers=True") == (
+          "--xla_a=1", {"ZOO_CPU_TRANSPOSE": "0"},
+          {"relpos_from": "positions", "scan_layers": True})
+  with pytest.raises(ValueError, match="relpos_from"):
+    xla_cpu_flags.variant("relpos_from")
+
+
 def test_interleaved_medians_take_turns_after_warmup():
   import _common  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   calls = []

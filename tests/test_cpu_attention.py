@@ -82,6 +82,16 @@ def test_the_kernel_matches_einsum_attention_and_its_gradients(case):
   _assert_matches(got, want)
 
 
+def test_a_shared_bias_gets_the_same_gradient_on_every_call():
+  """The kernel returns ds per (row, head) and XLA sums it over the bias's
+  broadcasts: no sum depends on which thread ran which item."""
+  q, k, v, dout, mask, bias = _inputs(8, 32, 32, 2, 16, "1nts", "causal")
+  step = _step("cpu", dout, mask, None, True)
+  first = step(q, k, v, bias)[1][3]
+  for _ in range(4):
+    np.testing.assert_array_equal(step(q, k, v, bias)[1][3], first)
+
+
 # A mesh and a case: rows and heads split; a bias shared by the rows (its
 # gradient summed over the devices that split them) with causal dropout;
 # a bias shared by the heads, with the one row kept whole.

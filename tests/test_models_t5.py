@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tests import seq2seq_checks as sc
+from objectives import transforms
 from tests.fast_params import fast_params
 from zoo.models import heads, make, t5
 from zoo.models import blocks
@@ -46,6 +47,54 @@ def test_encoder_padding_is_ignored(tiny):
 
 def test_packed_documents_match_separate_ones(tiny):
   sc.assert_packing_is_exact(*tiny[2:])
+
+
+def _packed_rows():
+  """Segment ids [B, S] and [B, T] of packed, padded rows, and the
+  positions the packer gives them."""
+  def rows(length, seed):
+    cuts = np.random.default_rng(seed).integers(1, length, (sc.B, 3))
+    seg = [np.searchsorted(np.sort(c), np.arange(length), side="right") + 1
+           for c in cuts]
+    seg = np.stack(seg) * (np.arange(length) < length - 1)  # last one pads
+    seg = jnp.asarray(seg, jnp.int32)
+    return seg, transforms.positions_from_segments(seg)
+  return rows(sc.S, 0), rows(sc.T, 1)
+
+
+def test_relpos_offsets_equal_positions_on_packed_rows(tiny):
+  """The bias from row offsets (the default, one [1, N, T, S] for the
+  batch) is the bias from the packer's positions, in every output and
+  every gradient; only positions with gaps tell the two apart."""
+  cfg, _, offsets, params = tiny
+  assert cfg.relpos_from == "offsets"
+  positions = sc.build("t5", relpos_from="positions")[2]
+  (enc_seg, enc_pos), (dec_seg, dec_pos) = _packed_rows()
+  enc, dec = sc.ids(7, (sc.B, sc.S)), sc.ids(8, (sc.B, sc.T))
+  w = jax.random.normal(jax.random.key(9), (sc.B, sc.T, cfg.vocab_size))
+
+  def outputs(run, enc_pos, dec_pos):
+    loss = lambda p: jnp.sum(w * run(p, enc, dec, enc_seg, dec_seg, enc_pos,
+                                     dec_pos)["logits"])
+    return (run(params, enc, dec, enc_seg, dec_seg, enc_pos, dec_pos),
+            jax.grad(loss)(params))
+
+  want, got = outputs(positions, enc_pos, dec_pos), outputs(
+      offsets, enc_pos, dec_pos)
+  for g, x in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    # float rounding, on the scale of the leaf: sums are taken in
+    # another order (the shared bias's gradient sums over the batch)
+    np.testing.assert_allclose(g, x, rtol=0,
+                               atol=2e-6 * float(np.abs(x).max()) + 1e-7)
+  gapped = outputs(positions, enc_pos * 3, dec_pos * 3)[0]["logits"]
+  assert not np.allclose(gapped, want[0]["logits"], atol=1e-3)
+  ignored = outputs(offsets, enc_pos * 3, dec_pos * 3)[0]["logits"]
+  np.testing.assert_array_equal(ignored, got[0]["logits"])
+
+
+def test_unknown_relpos_from_is_an_error():
+  with pytest.raises(ValueError, match="relpos_from 'rows'"):
+    sc.build("t5", relpos_from="rows")
 
 
 @pytest.mark.slow

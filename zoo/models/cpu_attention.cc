@@ -18,7 +18,9 @@
 // bias float32 [B|1, N|1, T, S], seeds uint32 [2], row_base uint32 [B] and
 // head_base uint32 [N] (the flat index of element (b, n, 0, 0) is
 // row_base[b] + head_base[n], which lets a shard of the batch or of the
-// heads draw the global mask).
+// heads draw the global mask). With a bias, the backward pass also returns
+// the logits' gradient ds [B, N, T, S], which the caller sums over the
+// bias's broadcast dims in a fixed order (the same sums on every run).
 
 #include <algorithm>
 #include <cmath>
@@ -67,7 +69,6 @@ struct Args {
 struct Tile {
   std::vector<fv> q, g, k, v, kt, vt, lb, pb, pdb, dsb, acc, dkt, dvt;
   std::vector<iv> keepb;
-  std::vector<float> dbias;  // this thread's share of a shared bias's grad
   int64_t len = 0;  // vectors of the group's rows that can be nonzero
   explicit Tile(const Dims& d)
       : q(Padded(d.T) * d.HV), g(Padded(d.T) * d.HV),
@@ -119,15 +120,6 @@ void Load(const Args& a, int64_t b, int64_t n, Tile& t, bool backward) {
   Rows(kb, d.S, d.H, stride, HP, 1.0f, F(t.k));
   Columns(vb, d.S, d.H, stride, SP, F(t.vt));
 }
-
-inline int64_t BiasSize(const Dims& d) {
-  return (d.bias_b ? d.B : 1) * (d.bias_n ? d.N : 1) * d.T * d.S;
-}
-
-// Whether the bias lacks a batch or head dim, so its gradient sums the
-// (b, n) items' ds (B = 1 or N = 1 included: a [1, 1, T, S] bias of one
-// item is summed the same way, through the threads' copies).
-inline bool SharedBias(const Dims& d) { return !(d.bias_b && d.bias_n); }
 
 inline int64_t Offset(const Dims& d, bool per_b, bool per_n, int64_t b,
                       int64_t n, int64_t i) {
@@ -220,8 +212,8 @@ void Forward(const Args& a, int64_t item, Tile& t) {
   }
 }
 
-// Block slot r's (query row i's) ds from its dp (in lb), and its share of
-// the bias gradient.
+// Block slot r's (query row i's) ds from its dp (in lb), written out as the
+// bias gradient's row when there is a bias.
 void Ds(const Args& a, int64_t b, int64_t n, int64_t i, int r, Tile& t) {
   const Dims& d = a.d;
   const int64_t S = d.S, SV = d.SV, len = t.len, width = len * kLanes;
@@ -243,15 +235,10 @@ void Ds(const Args& a, int64_t b, int64_t n, int64_t i, int r, Tile& t) {
            std::min(S, width), 0.0f, ds);
   }
   for (int64_t s = S; s < width; ++s) dsr[s] = 0.0f;
-  if (!a.ds) return;  // the bias gradient: ds summed over its broadcasts
-  const int64_t at = Offset(d, d.bias_b, d.bias_n, b, n, i);
-  if (!SharedBias(d)) {
-    std::copy_n(dsr, std::min(S, width), a.ds + at);
-    std::fill(a.ds + at + std::min(S, width), a.ds + at + S, 0.0f);
-    return;
-  }
-  if (t.dbias.empty()) t.dbias.assign(BiasSize(d), 0.0f);
-  for (int64_t s = 0; s < std::min(S, width); ++s) t.dbias[at + s] += dsr[s];
+  if (!a.ds) return;  // ds [B, N, T, S], whatever the bias broadcasts
+  const int64_t at = Offset(d, true, true, b, n, i);
+  std::copy_n(dsr, std::min(S, width), a.ds + at);
+  std::fill(a.ds + at + std::min(S, width), a.ds + at + S, 0.0f);
 }
 
 // Query rows i0.. i0 + rows - 1 (block slots r0..): their probabilities,
@@ -400,20 +387,11 @@ ffi::Error BackwardImpl(ffi::ThreadPool pool, ffi::AnyBuffer q,
   a.dv = static_cast<float*>(dv->untyped_data());
   a.ds = has_bias ? static_cast<float*>(ds->untyped_data()) : nullptr;
   if (a.d.H > 64) return ffi::Error::InvalidArgument("head dim above 64");
-  const int64_t bias_size = BiasSize(a.d);
-  const bool shared = a.ds && SharedBias(a.d);
-  if (shared) std::fill_n(a.ds, bias_size, 0.0f);
-  // A bias shared by several (b, n) items: each thread sums its items' ds
-  // into its own copy, and the copies are added up at the end.
-  auto finish = [a, bias_size, shared](Tile& t) {
-    if (!shared || t.dbias.empty()) return;
-    for (int64_t x = 0; x < bias_size; ++x) a.ds[x] += t.dbias[x];
-  };
   Dispatch(a.d.HV, [&](auto hv) {
     ParallelItems(
         pool, a.d,
         [a](int64_t item, Tile& t) { Backward<decltype(hv)::value>(a, item, t); },
-        finish);
+        [](Tile&) {});
   });
   return ffi::Error::Success();
 }
@@ -444,7 +422,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ZooAttentionBackward, BackwardImpl,
                                   .Ret<ffi::AnyBuffer>()  // dq
                                   .Ret<ffi::AnyBuffer>()  // dk
                                   .Ret<ffi::AnyBuffer>()  // dv
-                                  .Ret<ffi::AnyBuffer>()  // dbias
+                                  .Ret<ffi::AnyBuffer>()  // ds [B, N, T, S]
                                   .Attr<float>("scale")
                                   .Attr<float>("rate")
                                   .Attr<bool>("has_mask")

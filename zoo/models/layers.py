@@ -118,7 +118,8 @@ class RelativePositionBias(nn.Module):
 
   @nn.compact
   def __call__(self, q_positions: Array, k_positions: Array) -> Array:
-    """q_positions [B, T], k_positions [B, S] int -> bias [B, N, T, S] f32."""
+    """q_positions [B, T], k_positions [B, S] int -> bias [B, N, T, S] f32
+    (B = 1 for positions shared by the batch)."""
     table = param_with_axes(self, "rel_embedding", self.embedding_init,
                             (self.num_buckets, self.num_heads),
                             ("relpos_buckets", "heads"))

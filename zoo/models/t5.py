@@ -20,6 +20,7 @@ import dataclasses
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from zoo.models import blocks
 from zoo.models import layers
@@ -49,6 +50,7 @@ class Config:
   norm_eps: float = 1e-6  # RMSNorm epsilon
   relpos_buckets: int = 32  # relative position buckets
   relpos_max_distance: int = 128  # distances beyond share the last bucket
+  relpos_from: str = "offsets"  # what the relative bias reads, see RELPOS_FROM
   tie_embeddings: bool = False  # LM head = token table transposed
   scale_logits: bool = False  # scale decoder states by D**-0.5 (orig. T5)
   encoder_only: bool = False  # no decoder; the encoder face
@@ -79,6 +81,17 @@ class Config:
 # N(0, 1)); with it the tiny T5 is slower to learn to read its encoder
 # (`bench/encoder_use.py --toy --init normal`).
 INITS = ("mesh_tf", "normal")
+
+# What a relative distance is. "offsets": the key's index in the row minus
+# the query's (Mesh TF's, T5X's and Hugging Face's definition), one
+# [1, N, T, S] bias shared by the batch; the `positions` arguments are then
+# not read. "positions": the key's position minus the query's, from the
+# `positions` arguments, one [B, N, T, S] bias per row. The two agree on
+# every row whose segments are contiguous runs counting up by one (the rows
+# `objectives.transforms.positions_from_segments` numbers, and left-padded
+# prompts), since attention between segments is masked; they differ only
+# for positions with gaps inside a segment.
+RELPOS_FROM = ("offsets", "positions")
 
 # T5 v1.1 sizes (the released t5-v1_1 checkpoints); tiny is for tests.
 SIZES = {
@@ -125,6 +138,8 @@ class Stack(nn.Module):
     the last block's) the normalised final output, as Hugging Face reports.
     """
     c = self.config
+    if c.relpos_from == "offsets":
+      positions = jnp.arange(x.shape[1])[None]
     bias = layers.RelativePositionBias(
         c.num_heads, c.relpos_buckets, c.relpos_max_distance,
         bidirectional=not self.decoder, embedding_init=_relpos_init(c),
@@ -158,6 +173,9 @@ class Model(seq2seq.EncoderDecoder):
       self.decoder = Stack(c, decoder=True)
     if c.init not in INITS:
       raise ValueError(f"t5 init {c.init!r} is not one of {INITS}")
+    if c.relpos_from not in RELPOS_FROM:
+      raise ValueError(f"t5 relpos_from {c.relpos_from!r} is not one of "
+                       f"{RELPOS_FROM}")
     if not c.tie_embeddings:
       self.lm_head = layers.Dense(c.vocab_size, ("embed", "vocab"),
                                   use_bias=False, dtype=c.dtype,
@@ -195,7 +213,8 @@ class Model(seq2seq.EncoderDecoder):
       tokens: int32 [B,T].
       segment_ids: int32 [B,T], 0 = padding; None = (tokens != pad_id).
       token_types: must be None (T5 has no token types).
-      positions: int32 [B,T]; None = arange(T).
+      positions: int32 [B,T]; None = arange(T); read only with
+        `relpos_from="positions"`.
       mask: bool [B,T,T] extra attention mask.
       deterministic: no dropout when True.
       return_logits: compute "logits" with the LM head.
