@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests import seq2seq_checks as sc
 from objectives import transforms
+from tests import seq2seq_checks as sc
 from tests.fast_params import fast_params
 from zoo.models import heads, make, t5
 from zoo.models import blocks

@@ -292,11 +292,11 @@ void Backward(const Args& a, int64_t item, Tile& t) {
 }
 
 // Runs fn(item, tile) for every (b, n) item on the pool (`zoo::ParallelFor`,
-// one Tile per thread), then finish(tile) once per thread that ran any.
-template <typename Fn, typename Finish>
-void ParallelItems(ffi::ThreadPool& pool, const Dims& d, Fn fn,
-                   Finish finish) {
-  zoo::ParallelFor(pool, d.B * d.N, [d] { return Tile(d); }, fn, finish);
+// one Tile per thread). Items write disjoint parts of the outputs.
+template <typename Fn>
+void ParallelItems(ffi::ThreadPool& pool, const Dims& d, Fn fn) {
+  zoo::ParallelFor(pool, d.B * d.N, [d] { return Tile(d); }, fn,
+                   [](Tile&) {});
 }
 
 // fn(std::integral_constant<int, HV>) for HV in 1..8.
@@ -361,10 +361,9 @@ ffi::Error ForwardImpl(ffi::ThreadPool pool, ffi::AnyBuffer q,
   a.out = static_cast<float*>(out->untyped_data());
   if (a.d.H > 64) return ffi::Error::InvalidArgument("head dim above 64");
   Dispatch(a.d.HV, [&](auto hv) {
-    ParallelItems(
-        pool, a.d,
-        [a](int64_t item, Tile& t) { Forward<decltype(hv)::value>(a, item, t); },
-        [](Tile&) {});
+    ParallelItems(pool, a.d, [a](int64_t item, Tile& t) {
+      Forward<decltype(hv)::value>(a, item, t);
+    });
   });
   return ffi::Error::Success();
 }
@@ -388,10 +387,9 @@ ffi::Error BackwardImpl(ffi::ThreadPool pool, ffi::AnyBuffer q,
   a.ds = has_bias ? static_cast<float*>(ds->untyped_data()) : nullptr;
   if (a.d.H > 64) return ffi::Error::InvalidArgument("head dim above 64");
   Dispatch(a.d.HV, [&](auto hv) {
-    ParallelItems(
-        pool, a.d,
-        [a](int64_t item, Tile& t) { Backward<decltype(hv)::value>(a, item, t); },
-        [](Tile&) {});
+    ParallelItems(pool, a.d, [a](int64_t item, Tile& t) {
+      Backward<decltype(hv)::value>(a, item, t);
+    });
   });
   return ffi::Error::Success();
 }
