@@ -295,8 +295,7 @@ void Backward(const Args& a, int64_t item, Tile& t) {
 // one Tile per thread). Items write disjoint parts of the outputs.
 template <typename Fn>
 void ParallelItems(ffi::ThreadPool& pool, const Dims& d, Fn fn) {
-  zoo::ParallelFor(pool, d.B * d.N, [d] { return Tile(d); }, fn,
-                   [](Tile&) {});
+  zoo::ParallelFor(pool, d.B * d.N, [d] { return Tile(d); }, fn);
 }
 
 // fn(std::integral_constant<int, HV>) for HV in 1..8.

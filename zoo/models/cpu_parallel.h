@@ -16,14 +16,13 @@
 namespace zoo {
 
 // Runs fn(item, local) for every item in [0, items) on the caller's thread
-// and the pool's, where each thread makes its own `local = make()`; then
-// finish(local) once per thread that ran any item, one thread at a time.
-// Returns when every item is done. Workers that start after the items ran
-// out return at once, so the caller never waits on a task that was not
-// scheduled to run; everything a worker uses is its own copy.
-template <typename Make, typename Fn, typename Finish>
-void ParallelFor(xla::ffi::ThreadPool& pool, int64_t items, Make make, Fn fn,
-                 Finish finish) {
+// and the pool's, where each thread makes its own `local = make()` (its
+// scratch space). Returns when every item is done. Workers that start
+// after the items ran out return at once, so the caller never waits on a
+// task that was not scheduled to run; everything a worker uses is its own
+// copy.
+template <typename Make, typename Fn>
+void ParallelFor(xla::ffi::ThreadPool& pool, int64_t items, Make make, Fn fn) {
   struct State {
     std::atomic<int64_t> next{0};
     std::atomic<int64_t> done{0};
@@ -32,14 +31,13 @@ void ParallelFor(xla::ffi::ThreadPool& pool, int64_t items, Make make, Fn fn,
   };
   if (items <= 0) return;
   auto state = std::make_shared<State>();
-  auto work = [state, items, make, fn, finish]() {
+  auto work = [state, items, make, fn]() {
     int64_t i = state->next.fetch_add(1);
     if (i >= items) return;
     auto local = make();
     int64_t finished = 0;
     for (; i < items; i = state->next.fetch_add(1), ++finished) fn(i, local);
     std::lock_guard<std::mutex> lock(state->mu);
-    finish(local);
     if (state->done.fetch_add(finished) + finished == items)
       state->cv.notify_all();
   };

@@ -94,7 +94,7 @@ void Run(ffi::ThreadPool& pool, const Matrix& m) {
     for (int64_t i = item * kTilesPerItem; i < end; ++i)
       Tile<T>(m, (i % row_tiles) * kTile, (i / row_tiles) * kTile);
   };
-  zoo::ParallelFor(pool, items, [] { return 0; }, fn, [](int) {});
+  zoo::ParallelFor(pool, items, [] { return 0; }, fn);
 }
 
 ffi::Error TransposeImpl(ffi::ThreadPool pool, ffi::AnyBuffer x,
