@@ -4,6 +4,7 @@ Kept tiny so the whole family trains in seconds on a laptop CPU: one small
 synthetic batch, the family's `tiny` size, one jitted Adam step.
 """
 
+import collections
 import math
 
 import jax
@@ -14,6 +15,7 @@ import optax
 import objectives
 from objectives import common
 from data.synthetic import SyntheticLoader
+from configs.compare import family as family_lib
 from zoo import models
 from zoo.models import static
 
@@ -88,6 +90,27 @@ def build(name, model, **options):
                  **options)
   return objectives.build(name, model, "tiny", SPECIALS, model_args=args,
                           **options)
+
+
+def sweep_family(name: str) -> str:
+  """The family a per-scheme sweep builds `name` on: BERT for a scheme
+  that reads a teacher, else the scheme's own."""
+  if name in family_lib.TEACHER_SCHEMES:
+    return "bert"
+  return family_lib.family_of(name)
+
+
+def build_for_sweep(name):
+  """`name` on `sweep_family(name)`; a scheme that reads a teacher gets
+  what it reads before `warm_start`: a random BERT-tiny's family and
+  config, dropout off, no params."""
+  options = {}
+  if name in family_lib.TEACHER_SCHEMES:
+    config = models.make_config("bert", "tiny", vocab_size=VOCAB,
+                                dropout_rate=0.0, attention_dropout_rate=0.0)
+    options["teacher"] = collections.namedtuple(
+        "Teacher", "family config params")("bert", config, None)
+  return build(name, sweep_family(name), **options)
 
 
 def logit_variance(obj) -> float:

@@ -1,14 +1,11 @@
 """Gradient accumulation equals one big batch for every registered scheme."""
 
-import collections
-
 import jax
 import numpy as np
 import pytest
 
-from configs.compare import family
+from tests import lanes
 from tests import objective_checks as testing
-from zoo import models
 from zoo import sharding
 from zoo import train_lib
 
@@ -17,27 +14,17 @@ pytestmark = pytest.mark.slow  # minutes of training runs: not the quick lane
 SCHEMES = testing.package_schemes()
 
 
-def _teacher():
-  """What a distillation scheme reads of its teacher before `warm_start`."""
-  config = models.make_config("bert", "tiny", vocab_size=testing.VOCAB,
-                              dropout_rate=0.0, attention_dropout_rate=0.0)
-  return collections.namedtuple("Teacher", "family config params")(
-      "bert", config, None)
-
-
 def _mesh():
   devices = np.array(jax.devices()[:1]).reshape(1, 1, 1)
   return jax.sharding.Mesh(devices, sharding.MESH_AXES)
 
 
-@pytest.mark.parametrize("name", SCHEMES)
+@pytest.mark.parametrize("name", lanes.sweep(SCHEMES,
+                                            family=testing.sweep_family))
 def test_two_microbatches_equal_one_big_batch(name):
   """Corruption, scoring and in-batch choices (sentence-pair negatives,
   contrastive neighbours, ELECTRA's samples) are the big batch's."""
-  if name in family.TEACHER_SCHEMES:  # a random BERT-tiny teacher
-    obj = testing.build(name, "bert", teacher=_teacher())
-  else:
-    obj = testing.build(name, family.family_of(name))
+  obj = testing.build_for_sweep(name)
   batch = testing.batch_for(obj.family, seq_len=32, batch_size=8)
   params = obj.init(jax.random.key(0), batch)
   rng = jax.random.key(3)

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from zoo import sharding
 from zoo.models import cpu_kernels, layers
 
 
@@ -49,6 +50,39 @@ def test_weight_gradients_take_the_transpose_on_one_device(monkeypatch):
     assert "zoo_transpose" not in lowered()
   monkeypatch.setenv(cpu_kernels.TRANSPOSE_ENV, "0")
   assert "zoo_transpose" not in lowered()
+
+
+@pytest.mark.parametrize("rows", [8, 3])  # 3: not divisible, kept whole
+@pytest.mark.parametrize("head", [False, True])
+def test_weight_gradients_take_the_transpose_per_device_under_a_mesh(
+    rows, head):
+  """On a data-parallel mesh, each device's rows through the tiled
+  transpose, the devices' weight gradients added: autodiff's gradients,
+  to float rounding. A tensor axis keeps autodiff's product."""
+  mesh = sharding.make_mesh({"data": 4, "fsdp": 2, "tensor": 1})
+  x = jax.random.normal(jax.random.key(0), (rows, 12, 33))
+  w = jax.random.normal(jax.random.key(1), (20, 33) if head else (33, 20))
+  if head:  # a tied output head's table
+    fn = lambda x, w: layers.unembed(x, w, "float32")  # pylint: disable=unnecessary-lambda-assignment
+  else:
+    fn = lambda x, w: layers.project(x, w, 1, "float32")  # pylint: disable=unnecessary-lambda-assignment
+  step = lambda: jax.jit(jax.grad(  # pylint: disable=unnecessary-lambda-assignment
+      lambda x, w: jnp.sum(jnp.sin(fn(x, w))), argnums=(0, 1)))
+  with sharding.activate(mesh, sharding.DEFAULT_RULES):
+    x = jax.device_put(x, sharding.batch_sharding(
+        mesh, sharding.DEFAULT_RULES, ndim=3) if rows == 8 else None)
+    tiled, derived = step(), step()
+    text = tiled.trace(x, w).lower().as_text()
+    got = tiled(x, w)
+    with cpu_kernels.off():
+      assert "zoo_transpose" not in derived.trace(x, w).lower().as_text()
+      want = derived(x, w)
+  assert "zoo_transpose" in text and ("all_reduce" in text) == (rows == 8)
+  with sharding.activate(sharding.make_mesh({"data": 4, "tensor": 2}),
+                         sharding.DEFAULT_RULES):
+    assert "zoo_transpose" not in step().trace(x, w).lower().as_text()
+  for a, b in zip(got, want):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
 def test_a_failed_build_is_an_error_naming_the_compiler(monkeypatch,

@@ -163,27 +163,21 @@ def test_allgather_json_single_process():
   assert distributed.allgather_json({"step": 3}) == [{"step": 3}]
 
 
-def test_evaluation_over_uneven_validation_shards_finishes(tmp_path):
-  """The sample's 91 validation documents split unevenly between the 16
-  global rows: one process runs out of rows first and feeds padding until
-  the other has too, instead of leaving it alone in a collective."""
-  workdir = str(tmp_path)
-  _two_processes(workdir, MESH + [
+def test_the_sample_is_built_once_and_evaluated_to_its_end(tmp_path):
+  """Without data.tokenizer, process 0 builds the sample and its tokenizer
+  while process 1 waits, then both read them. The sample's 91 validation
+  documents split unevenly between the 16 global rows: one process runs
+  out of rows first and feeds padding until the other has too, instead of
+  leaving it alone in a collective."""
+  env = dict(os.environ, ZOO_DATA_DIR=str(tmp_path / "data"))
+  workdir = str(tmp_path / "run")
+  errs = _two_processes(workdir, MESH + [
       "--config.data.source=sample", "--config.data.vocab_size=8000",
       "--config.seq_len=64", "--config.eval_every=4",
-      "--config.eval_steps=100000"])
-  rows = read_metrics(workdir, "eval")
-  assert len(rows) == 1 and rows[0]["weight_sum"] > 1000
-  assert np.isfinite(rows[0]["loss"])
-
-
-def test_the_sample_is_built_once_for_all_processes(tmp_path):
-  """Without data.tokenizer, process 0 builds the sample and its tokenizer
-  while process 1 waits, then both read them."""
-  env = dict(os.environ, ZOO_DATA_DIR=str(tmp_path / "data"))
-  errs = _two_processes(str(tmp_path / "run"), MESH + [
-      "--config.data.source=sample", "--config.data.vocab_size=8000",
-      "--config.seq_len=64"], env=env)
+      "--config.eval_steps=100000"], env=env)
   built = ["building the embedded sample" in e for e in errs]
   assert built == [True, False], errs[1][-2000:]
   assert os.path.exists(tmp_path / "data" / "sample" / "BUILT")
+  rows = read_metrics(workdir, "eval")
+  assert len(rows) == 1 and rows[0]["weight_sum"] > 1000
+  assert np.isfinite(rows[0]["loss"])

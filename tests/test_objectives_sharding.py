@@ -9,18 +9,14 @@ devices than on one). Schemes that read other rows by design are named
 below, with what they read.
 """
 
-import collections
-
 import jax
 import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from configs.compare import family
 from tests import lanes
 from tests import objective_checks as testing
-from zoo import models
 from zoo import sharding
 from zoo import train_lib
 from zoo.plan import hlo
@@ -37,22 +33,10 @@ ACROSS_ROWS = {
 }
 
 
-def _family(name: str) -> str:
-  return "bert" if name in family.TEACHER_SCHEMES else family.family_of(name)
-
-
-def _teacher():
-  config = models.make_config("bert", "tiny", vocab_size=testing.VOCAB)
-  return collections.namedtuple("Teacher", "family config params")(
-      "bert", config, None)
-
-
-@pytest.mark.parametrize("name", lanes.sweep(SCHEMES, family=_family))
+@pytest.mark.parametrize("name", lanes.sweep(SCHEMES,
+                                            family=testing.sweep_family))
 def test_a_data_parallel_step_moves_no_rows(name):
-  if name in family.TEACHER_SCHEMES:
-    obj = testing.build(name, "bert", teacher=_teacher())
-  else:
-    obj = testing.build(name, _family(name))
+  obj = testing.build_for_sweep(name)
   mesh = sharding.make_mesh({"data": -1})
   batch = testing.batch_for(obj.family, seq_len=32,
                             batch_size=len(jax.devices()))

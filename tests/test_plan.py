@@ -149,7 +149,7 @@ def test_cli_prints_the_plan_and_exits_by_fit():
 
 def test_remat_policies_are_each_planned():
   c = tiny(fsdp=2)
-  c.model_args = {"num_layers": 3}
+  c.model_args = {"num_layers": 2}
   rows = plan_lib.remat_table(c, "v5e:2x2")
   assert [r["remat"] for r in rows] == ["none", "dots", "full"]
   assert all(r["fits"] and r["compile_s"] > 0 and r["temp_bytes"] > 0

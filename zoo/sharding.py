@@ -364,6 +364,46 @@ def per_device(fn: Callable[..., jax.Array], args: Sequence[jax.Array],
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty or mesh.size == 1:
     return fn(*args)
+  split = _per_device_split(mesh, args, names)
+  spec = lambda dims: P(*(split.get(name) for name in dims))  # pylint: disable=unnecessary-lambda-assignment
+  return jax.shard_map(fn, mesh=mesh, in_specs=tuple(map(spec, names)),
+                       out_specs=spec(out_names), check_vma=False)(*args)
+
+
+def summed_per_device(fn: Callable[..., jax.Array],
+                      args: Sequence[jax.Array],
+                      names: Sequence[tuple]) -> jax.Array:
+  """fn(*args) for an fn that sums over the dims named "batch" or "heads"
+  (a weight gradient): each device sums its own slices, as `per_device`
+  splits them, and the devices' sums are added (an all-reduce). The
+  output is whole on every device. Where no mesh of more than one device
+  is active, fn runs on the arrays.
+  """
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or mesh.size == 1:
+    return fn(*args)
+  split = _per_device_split(mesh, args, names)
+  axes = tuple(a for group in split.values() for a in group)
+  local = lambda *a: jax.lax.psum(fn(*a), axes) if axes else fn(*a)  # pylint: disable=unnecessary-lambda-assignment
+  in_specs = tuple(P(*(split.get(name) for name in dims)) for dims in names)
+  return jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=P(),
+                       check_vma=False)(*args)
+
+
+def splits_only_batch() -> bool:
+  """Whether the active mesh, if any, splits nothing but the batch: each
+  of its axes of more than one device is one the active rules give
+  "batch" (data parallelism, FSDP's included)."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    return True
+  batch = _target_axes(dict(nn.get_logical_axis_rules()).get("batch"))
+  return all(size == 1 or name in batch for name, size in mesh.shape.items())
+
+
+def _per_device_split(mesh, args, names) -> dict[str, tuple[str, ...]]:
+  """Logical name -> the mesh axes its dims split over: those the active
+  rules give it, where they divide the dim (else it stays whole)."""
   table = dict(nn.get_logical_axis_rules())
   sizes = {name: x.shape[d] for x, dims in zip(args, names)
            for d, name in enumerate(dims) if name in PER_DEVICE_AXES}
@@ -374,9 +414,7 @@ def per_device(fn: Callable[..., jax.Array], args: Sequence[jax.Array],
     if axes and size % math.prod(mesh.shape[a] for a in axes) == 0:
       split[name] = axes
       taken.update(axes)
-  spec = lambda dims: P(*(split.get(name) for name in dims))  # pylint: disable=unnecessary-lambda-assignment
-  return jax.shard_map(fn, mesh=mesh, in_specs=tuple(map(spec, names)),
-                       out_specs=spec(out_names), check_vma=False)(*args)
+  return split
 
 
 def unbox(tree):

@@ -132,12 +132,16 @@ def is_off() -> bool:
 
 
 def transpose_applies() -> bool:
-  """Whether `dense` takes `transpose` for a weight gradient: on one device
-  only (the custom call is not partitioned), never with
-  `ZOO_CPU_TRANSPOSE=0` or inside `off()`, and where the library builds."""
+  """Whether `dense` takes `transpose` for a weight gradient: where the
+  program is on one device, or under an active mesh (`sharding.activate`),
+  which splits it per device (the custom call is not partitioned); never
+  with `ZOO_CPU_TRANSPOSE=0` or inside `off()`, and where the library
+  builds."""
   if switched_off(TRANSPOSE_ENV) or is_off():
     return False
-  return jax.device_count() == 1 and available()
+  placed = jax.device_count() == 1 or not jax.sharding.get_abstract_mesh(
+  ).empty
+  return placed and available()
 
 
 def transpose(x: Array, lead: int) -> Array:

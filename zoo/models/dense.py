@@ -12,6 +12,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo import sharding
 from zoo.models import cpu_kernels
 
 Array = jax.Array
@@ -113,15 +114,21 @@ def _kernel_grad(x: Array, g: Array, lead: int, kw: dict,
   XLA:CPU's matmul library takes its lhs with the contracted axes last, so
   XLA copies the lhs transposed first, in a loop that reads it a column at
   a time: at the harness's sizes that copy took longer than the matmul. On
-  one CPU device the copy is `cpu_kernels.transpose`'s tiled one instead
-  (the same numbers), and so is the small [*I, *O] result's transpose when
+  CPU the copy is `cpu_kernels.transpose`'s tiled one instead (the same
+  numbers), and so is the small [*I, *O] result's transpose when
   `transposed`, which XLA would otherwise fold back into a transposed
   [*L, *O] lhs; other platforms lower autodiff's product as it stands.
+  XLA does not partition the custom call, so under a data-parallel mesh
+  each device takes the product of its own rows, the leading axis split
+  as "batch", and the devices' products are added
+  (`sharding.summed_per_device`); a mesh that also splits other axes
+  keeps autodiff's product, which XLA partitions.
   """
   axes = tuple(range(lead))
   derived = lambda x, g: jax.lax.dot_general(  # pylint: disable=unnecessary-lambda-assignment
       *((g, x) if transposed else (x, g)), ((axes, axes), ((), ())), **kw)
-  if not cpu_kernels.transpose_applies():
+  if not (lead and cpu_kernels.transpose_applies() and
+          sharding.splits_only_batch()):
     return derived(x, g)
 
   def tiled(x, g):
@@ -130,7 +137,9 @@ def _kernel_grad(x: Array, g: Array, lead: int, kw: dict,
     dk = jax.lax.dot_general(xt, g, ((moved, axes), ((), ())), **kw)
     return cpu_kernels.transpose(dk, x.ndim - lead) if transposed else dk
 
-  return jax.lax.platform_dependent(x, g, cpu=tiled, default=derived)
+  names = [("batch",) + (None,) * (a.ndim - 1) for a in (x, g)]
+  per_device = lambda x, g: sharding.summed_per_device(tiled, (x, g), names)  # pylint: disable=unnecessary-lambda-assignment
+  return jax.lax.platform_dependent(x, g, cpu=per_device, default=derived)
 
 
 _contract.defvjp(_contract_fwd, _contract_bwd)
