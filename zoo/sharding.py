@@ -364,8 +364,7 @@ def per_device(fn: Callable[..., jax.Array], args: Sequence[jax.Array],
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty or mesh.size == 1:
     return fn(*args)
-  split = _per_device_split(mesh, args, names)
-  spec = lambda dims: P(*(split.get(name) for name in dims))  # pylint: disable=unnecessary-lambda-assignment
+  _, spec = _per_device_specs(mesh, args, names)
   return jax.shard_map(fn, mesh=mesh, in_specs=tuple(map(spec, names)),
                        out_specs=spec(out_names), check_vma=False)(*args)
 
@@ -382,12 +381,11 @@ def summed_per_device(fn: Callable[..., jax.Array],
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty or mesh.size == 1:
     return fn(*args)
-  split = _per_device_split(mesh, args, names)
+  split, spec = _per_device_specs(mesh, args, names)
   axes = tuple(a for group in split.values() for a in group)
   local = lambda *a: jax.lax.psum(fn(*a), axes) if axes else fn(*a)  # pylint: disable=unnecessary-lambda-assignment
-  in_specs = tuple(P(*(split.get(name) for name in dims)) for dims in names)
-  return jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=P(),
-                       check_vma=False)(*args)
+  return jax.shard_map(local, mesh=mesh, in_specs=tuple(map(spec, names)),
+                       out_specs=P(), check_vma=False)(*args)
 
 
 def splits_only_batch() -> bool:
@@ -401,9 +399,10 @@ def splits_only_batch() -> bool:
   return all(size == 1 or name in batch for name, size in mesh.shape.items())
 
 
-def _per_device_split(mesh, args, names) -> dict[str, tuple[str, ...]]:
-  """Logical name -> the mesh axes its dims split over: those the active
-  rules give it, where they divide the dim (else it stays whole)."""
+def _per_device_specs(mesh, args, names) -> tuple[dict, Callable]:
+  """`per_device`'s split: {logical name: the mesh axes its dims split
+  over} (those the active rules give it, where they divide the dim, else
+  it stays whole), and the PartitionSpec of a tuple of logical names."""
   table = dict(nn.get_logical_axis_rules())
   sizes = {name: x.shape[d] for x, dims in zip(args, names)
            for d, name in enumerate(dims) if name in PER_DEVICE_AXES}
@@ -414,7 +413,7 @@ def _per_device_split(mesh, args, names) -> dict[str, tuple[str, ...]]:
     if axes and size % math.prod(mesh.shape[a] for a in axes) == 0:
       split[name] = axes
       taken.update(axes)
-  return split
+  return split, lambda dims: P(*(split.get(name) for name in dims))
 
 
 def unbox(tree):
