@@ -84,24 +84,57 @@ inline float* F(std::vector<fv>& x) {
   return reinterpret_cast<float*>(x.data());
 }
 
-// x's rows [rows, H] at stride `stride`, times `scale`, into t's [rows, HP].
+// x's rows [rows, H] at stride `stride`, times `scale`, into t's [rows, HP]
+// (a vector at a time where H is whole vectors).
 inline void Rows(const float* x, int64_t rows, int64_t H, int64_t stride,
                  int64_t HP, float scale, float* t) {
+  if (H % kLanes == 0) {
+    const fv by = Splat(scale);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t h = 0; h < H; h += kLanes) {
+        fv xv;
+        std::memcpy(&xv, x + i * stride + h, sizeof(fv));
+        *reinterpret_cast<fv*>(t + i * HP + h) = xv * by;
+      }
+    return;
+  }
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t h = 0; h < H; ++h) t[i * HP + h] = x[i * stride + h] * scale;
+}
+
+// How many of `rows` rows go through 8 x 8 register transposes (the rest
+// element by element): whole blocks of 8 where H is a multiple of 8.
+inline int64_t Blocked(int64_t rows, int64_t H) {
+#ifdef __AVX__
+  return H % 8 == 0 ? rows / 8 * 8 : 0;
+#else
+  return 0;
+#endif
 }
 
 // x's rows [rows, H] at stride `stride`, transposed into t's [H, SP].
 inline void Columns(const float* x, int64_t rows, int64_t H, int64_t stride,
                     int64_t SP, float* t) {
+  const int64_t blocked = Blocked(rows, H);
+#ifdef __AVX__
+  for (int64_t s = 0; s < blocked; s += 8)
+    for (int64_t h = 0; h < H; h += 8)
+      Transpose8(x + s * stride + h, stride, t + h * SP + s, SP);
+#endif
   for (int64_t h = 0; h < H; ++h)
-    for (int64_t s = 0; s < rows; ++s) t[h * SP + s] = x[s * stride + h];
+    for (int64_t s = blocked; s < rows; ++s) t[h * SP + s] = x[s * stride + h];
 }
 
 // t's [H, SP] transposed into out's rows [S, H] at stride `stride`.
 inline void Transposed(const float* t, int64_t S, int64_t H, int64_t SP,
                        int64_t stride, float* __restrict out) {
-  for (int64_t s = 0; s < S; ++s)
+  const int64_t blocked = Blocked(S, H);
+#ifdef __AVX__
+  for (int64_t s = 0; s < blocked; s += 8)
+    for (int64_t h = 0; h < H; h += 8)
+      Transpose8(t + h * SP + s, SP, out + s * stride + h, stride);
+#endif
+  for (int64_t s = blocked; s < S; ++s)
     for (int64_t h = 0; h < H; ++h) out[s * stride + h] = t[h * SP + s];
 }
 
@@ -155,10 +188,9 @@ void Softmax(const Args& a, int64_t b, int64_t n, int64_t i, int r, Tile& t) {
     sum += p[j];
   }
   const fv inverse = Splat(1.0f / Sum(sum));
-  for (int64_t j = 0; j < len; ++j) p[j] *= inverse;
   std::fill(pd + len, pd + SV, fv{});
   if (!a.dropout) {
-    std::copy(p, p + len, pd);
+    for (int64_t j = 0; j < len; ++j) pd[j] = p[j] *= inverse;
     return;
   }
   const uint32_t base = a.row_base[b] + a.head_base[n] +
@@ -170,6 +202,7 @@ void Softmax(const Args& a, int64_t b, int64_t n, int64_t i, int r, Tile& t) {
     const uv idx = base + static_cast<uint32_t>(j * kLanes) + lane;
     const uv bits = Mix32(Mix32(idx ^ a.seed0) + a.seed1);
     keep[j] = bits >= a.threshold;
+    p[j] *= inverse;
     pd[j] = keep[j] ? p[j] * ks : fv{};
   }
 }

@@ -1,6 +1,9 @@
-// Vector arithmetic of the CPU attention kernel (`cpu_attention.cc`): GCC
-// vector extensions one register wide, and the row operations the kernel
-// builds on. Everything is in the kernel's anonymous namespace.
+// Vector arithmetic of the CPU kernels: GCC vector extensions one register
+// wide, the row operations the attention kernel (`cpu_attention.cc`) builds
+// on, and the 8 x 8 register transpose it shares with `cpu_transpose.cc`.
+// Everything is in the including kernel's anonymous namespace. The inner
+// blocks are forced inline: called out of line at the harness's small head
+// sizes, each paid a call, a zeroed accumulator array and its spills.
 
 #ifndef ZOO_MODELS_CPU_ATTENTION_SIMD_H_
 #define ZOO_MODELS_CPU_ATTENTION_SIMD_H_
@@ -12,6 +15,8 @@
 #include <cstring>
 
 namespace {
+
+#define ZOO_INLINE inline __attribute__((always_inline))
 
 // Vectors of one register: 16 lanes with AVX-512, else 8 (GCC lowers
 // them to whatever the host has).
@@ -106,7 +111,7 @@ inline uv Mix32(uv x) {
 
 // exp of softmax arguments (<= 0): Cody-Waite reduction and a degree-6
 // polynomial, accurate to about 1 ulp; below -87 it returns 0.
-inline fv Exp(fv x) {
+ZOO_INLINE fv Exp(fv x) {
   const fv lo = Splat(-87.0f);
   x = x < lo ? lo : x;
   const fv magic = Splat(12582912.0f);  // 1.5 * 2**23: rounds to integer
@@ -125,13 +130,14 @@ inline fv Exp(fv x) {
   return x <= lo ? fv{} : out;
 }
 
-// Vector registers of the host (32 with AVX-512, else 16): how many
-// accumulators a block keeps, half of them.
-constexpr int kAccumulators = kLanes == 16 ? 16 : 8;
+// Vector registers of the host (32 with AVX-512, else 16), and how many
+// accumulators a block keeps: half of them.
+constexpr int kRegisters = kLanes == 16 ? 32 : 16;
+constexpr int kAccumulators = kRegisters / 2;
 
 template <int R, int U>
-inline void ProductBlock(const float* x, int64_t xs, const fv* m, int64_t H,
-                         int64_t SV, int64_t j0, fv* out) {
+ZOO_INLINE void ProductBlock(const float* x, int64_t xs, const fv* m, int64_t H,
+                             int64_t SV, int64_t j0, fv* out) {
   fv acc[R][U] = {};
   for (int64_t h = 0; h < H; ++h) {
     fv mh[U];
@@ -152,7 +158,11 @@ inline void ProductBlock(const float* x, int64_t xs, const fv* m, int64_t H,
 template <int R>
 inline void RowsProduct(const float* x, int64_t xs, const fv* m, int64_t H,
                         int64_t SV, int64_t len, fv* out) {
-  constexpr int U = kAccumulators / R;
+  // With AVX2, as many vectors of m as its 16 registers hold beside R * U
+  // accumulators and a broadcast of x (3 for R = 4, measured faster than
+  // 2); AVX-512 keeps the blocks of half its registers measured there.
+  constexpr int U =
+      kLanes == 16 ? kAccumulators / R : (kRegisters - 1) / (R + 1);
   int64_t j0 = 0;
   for (; j0 + U <= len; j0 += U)
     ProductBlock<R, U>(x, xs, m, H, SV, j0, out);
@@ -160,8 +170,8 @@ inline void RowsProduct(const float* x, int64_t xs, const fv* m, int64_t H,
 }
 
 template <int V, int U>
-inline void OuterBlock(const float* x, int64_t xs, const fv* m, int64_t SV,
-                       int64_t R, int64_t h0, int64_t j0, fv* out) {
+ZOO_INLINE void OuterBlock(const float* x, int64_t xs, const fv* m, int64_t SV,
+                           int64_t R, int64_t h0, int64_t j0, fv* out) {
   fv acc[V][U];
   for (int v = 0; v < V; ++v)
     for (int u = 0; u < U; ++u) acc[v][u] = out[(h0 + v) * SV + j0 + u];
@@ -212,8 +222,8 @@ inline int64_t Reach(const bool* m, int64_t S, int64_t SV) {
 }
 
 template <int HV, int R>
-inline void WeightedBlock(const float* w, int64_t ws, const fv* x,
-                          int64_t len, fv* out) {
+ZOO_INLINE void WeightedBlock(const float* w, int64_t ws, const fv* x,
+                              int64_t len, fv* out) {
   constexpr int U = std::max(1, std::min(4, kAccumulators / (R * HV)));
   fv acc[U][R][HV] = {};
   for (int64_t s = 0; s < len * kLanes; s += U)
@@ -244,6 +254,31 @@ inline void RowsWeightedSum(const float* w, int64_t ws, const fv* x,
   for (int r = 0; r < R; r += P)
     WeightedBlock<HV, P>(w + r * ws, ws, x, len, out + r * HV);
 }
+
+#ifdef __AVX__
+// The 8 x 8 float block at `in` (row stride ldi) to `out` (row stride ldo),
+// transposed in registers.
+inline void Transpose8(const float* in, int64_t ldi, float* out, int64_t ldo) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(in + i * ldi);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(out + i * ldo,
+                     _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(out + (i + 4) * ldo,
+                     _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+#endif
 
 }  // namespace
 

@@ -11,11 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
-#ifdef __AVX__
-#include <immintrin.h>
-#endif
-
 #include "xla/ffi/api/ffi.h"
+#include "cpu_attention_simd.h"
 #include "cpu_parallel.h"
 
 namespace ffi = xla::ffi;
@@ -40,29 +37,6 @@ void CopyTile(const Matrix& m, int64_t r0, int64_t r1, int64_t c0,
     for (int64_t r = r0; r < r1; ++r) out[c * m.rows + r] = in[r * m.cols + c];
 }
 
-#ifdef __AVX__
-// The 8 x 8 float block at `in` (row stride ldi) to `out` (row stride ldo),
-// transposed in registers.
-void Transpose8(const float* in, int64_t ldi, float* out, int64_t ldo) {
-  __m256 r[8], t[8];
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(in + i * ldi);
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-  for (int i = 0; i < 4; ++i) {
-    _mm256_storeu_ps(out + i * ldo, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
-    _mm256_storeu_ps(out + (i + 4) * ldo,
-                     _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
-  }
-}
-#endif
 
 template <typename T>
 void Tile(const Matrix& m, int64_t r0, int64_t c0) {
