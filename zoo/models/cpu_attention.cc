@@ -102,40 +102,20 @@ inline void Rows(const float* x, int64_t rows, int64_t H, int64_t stride,
     for (int64_t h = 0; h < H; ++h) t[i * HP + h] = x[i * stride + h] * scale;
 }
 
-// How many of `rows` rows go through 8 x 8 register transposes (the rest
-// element by element): whole blocks of 8 where H is a multiple of 8.
-inline int64_t Blocked(int64_t rows, int64_t H) {
+// out[c, r] = in[r, c] for r < rows, c < cols (row strides ldi and ldo):
+// whole 8 x 8 blocks through register transposes, the edges one by one.
+inline void Transpose(const float* in, int64_t rows, int64_t cols,
+                      int64_t ldi, float* out, int64_t ldo) {
+  int64_t r8 = 0, c8 = 0;
 #ifdef __AVX__
-  return H % 8 == 0 ? rows / 8 * 8 : 0;
-#else
-  return 0;
+  r8 = rows / 8 * 8, c8 = cols / 8 * 8;
+  for (int64_t r = 0; r < r8; r += 8)
+    for (int64_t c = 0; c < c8; c += 8)
+      Transpose8(in + r * ldi + c, ldi, out + c * ldo + r, ldo);
 #endif
-}
-
-// x's rows [rows, H] at stride `stride`, transposed into t's [H, SP].
-inline void Columns(const float* x, int64_t rows, int64_t H, int64_t stride,
-                    int64_t SP, float* t) {
-  const int64_t blocked = Blocked(rows, H);
-#ifdef __AVX__
-  for (int64_t s = 0; s < blocked; s += 8)
-    for (int64_t h = 0; h < H; h += 8)
-      Transpose8(x + s * stride + h, stride, t + h * SP + s, SP);
-#endif
-  for (int64_t h = 0; h < H; ++h)
-    for (int64_t s = blocked; s < rows; ++s) t[h * SP + s] = x[s * stride + h];
-}
-
-// t's [H, SP] transposed into out's rows [S, H] at stride `stride`.
-inline void Transposed(const float* t, int64_t S, int64_t H, int64_t SP,
-                       int64_t stride, float* __restrict out) {
-  const int64_t blocked = Blocked(S, H);
-#ifdef __AVX__
-  for (int64_t s = 0; s < blocked; s += 8)
-    for (int64_t h = 0; h < H; h += 8)
-      Transpose8(t + h * SP + s, SP, out + s * stride + h, stride);
-#endif
-  for (int64_t s = blocked; s < S; ++s)
-    for (int64_t h = 0; h < H; ++h) out[s * stride + h] = t[h * SP + s];
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = r < r8 ? c8 : 0; c < cols; ++c)
+      out[c * ldo + r] = in[r * ldi + c];
 }
 
 void Load(const Args& a, int64_t b, int64_t n, Tile& t, bool backward) {
@@ -146,12 +126,12 @@ void Load(const Args& a, int64_t b, int64_t n, Tile& t, bool backward) {
   const float* vb = a.v + (b * d.S * d.N + n) * d.H;
   Rows(qb, d.T, d.H, stride, HP, a.scale, F(t.q));
   Rows(vb, d.S, d.H, stride, HP, 1.0f, F(t.v));
-  Columns(kb, d.S, d.H, stride, SP, F(t.kt));
+  Transpose(kb, d.S, d.H, stride, F(t.kt), SP);  // k^T [H, SP]
   if (!backward) return;
   Rows(a.dout + (b * d.T * d.N + n) * d.H, d.T, d.H, stride, HP, 1.0f,
        F(t.g));
   Rows(kb, d.S, d.H, stride, HP, 1.0f, F(t.k));
-  Columns(vb, d.S, d.H, stride, SP, F(t.vt));
+  Transpose(vb, d.S, d.H, stride, F(t.vt), SP);  // v^T [H, SP]
 }
 
 inline int64_t Offset(const Dims& d, bool per_b, bool per_n, int64_t b,
@@ -320,8 +300,8 @@ void Backward(const Args& a, int64_t item, Tile& t) {
                  t.dvt.data());
   }
   const int64_t at = (b * d.S * d.N + n) * H, stride = d.N * H;
-  Transposed(F(t.dkt), d.S, H, SV * kLanes, stride, a.dk + at);
-  Transposed(F(t.dvt), d.S, H, SV * kLanes, stride, a.dv + at);
+  Transpose(F(t.dkt), H, d.S, SV * kLanes, a.dk + at, stride);
+  Transpose(F(t.dvt), H, d.S, SV * kLanes, a.dv + at, stride);
 }
 
 // Runs fn(item, tile) for every (b, n) item on the pool (`zoo::ParallelFor`,
