@@ -26,6 +26,17 @@ def test_transpose_is_jnps(shape, lead, dtype):
   np.testing.assert_array_equal(got, jnp.transpose(x, perm))
 
 
+
+def test_four_byte_elements_keep_their_bits():
+  """4-byte elements move as floats: words that read as NaNs (signalling
+  ones included) or denormals come out bit for bit."""
+  x = jax.random.bits(jax.random.key(1), (19, 41), jnp.uint32)
+  x = x.at[0, :4].set(jnp.array([0x7F800001, 0xFFC00001, 0x00000001,
+                                 0x80000000], jnp.uint32))
+  got = jax.jit(lambda x: cpu_kernels.transpose(x, 1))(x)
+  np.testing.assert_array_equal(got, x.T)
+
+
 def _step(in_dims=1):
   """A dense layer's loss and its gradients, jitted."""
   def loss(x, k):

@@ -102,22 +102,6 @@ inline void Rows(const float* x, int64_t rows, int64_t H, int64_t stride,
     for (int64_t h = 0; h < H; ++h) t[i * HP + h] = x[i * stride + h] * scale;
 }
 
-// out[c, r] = in[r, c] for r < rows, c < cols (row strides ldi and ldo):
-// whole 8 x 8 blocks through register transposes, the edges one by one.
-inline void Transpose(const float* in, int64_t rows, int64_t cols,
-                      int64_t ldi, float* out, int64_t ldo) {
-  int64_t r8 = 0, c8 = 0;
-#ifdef __AVX__
-  r8 = rows / 8 * 8, c8 = cols / 8 * 8;
-  for (int64_t r = 0; r < r8; r += 8)
-    for (int64_t c = 0; c < c8; c += 8)
-      Transpose8(in + r * ldi + c, ldi, out + c * ldo + r, ldo);
-#endif
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = r < r8 ? c8 : 0; c < cols; ++c)
-      out[c * ldo + r] = in[r * ldi + c];
-}
-
 void Load(const Args& a, int64_t b, int64_t n, Tile& t, bool backward) {
   const Dims& d = a.d;
   const int64_t HP = d.HV * kLanes, SP = d.SV * kLanes, stride = d.N * d.H;

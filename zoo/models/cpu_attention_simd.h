@@ -1,6 +1,6 @@
 // Vector arithmetic of the CPU kernels: GCC vector extensions one register
 // wide, the row operations the attention kernel (`cpu_attention.cc`) builds
-// on, and the 8 x 8 register transpose it shares with `cpu_transpose.cc`.
+// on, and the strided float transpose it shares with `cpu_transpose.cc`.
 // Everything is in the including kernel's anonymous namespace. The inner
 // blocks are forced inline: called out of line at the harness's small head
 // sizes, each paid a call, a zeroed accumulator array and its spills.
@@ -279,6 +279,22 @@ inline void Transpose8(const float* in, int64_t ldi, float* out, int64_t ldo) {
   }
 }
 #endif
+
+// out[c, r] = in[r, c] for r < rows, c < cols (row strides ldi and ldo):
+// whole 8 x 8 blocks through register transposes, the edges one by one.
+inline void Transpose(const float* in, int64_t rows, int64_t cols,
+                      int64_t ldi, float* out, int64_t ldo) {
+  int64_t r8 = 0, c8 = 0;
+#ifdef __AVX__
+  r8 = rows / 8 * 8, c8 = cols / 8 * 8;
+  for (int64_t r = 0; r < r8; r += 8)
+    for (int64_t c = 0; c < c8; c += 8)
+      Transpose8(in + r * ldi + c, ldi, out + c * ldo + r, ldo);
+#endif
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = r < r8 ? c8 : 0; c < cols; ++c)
+      out[c * ldo + r] = in[r * ldi + c];
+}
 
 }  // namespace
 

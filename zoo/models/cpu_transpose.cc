@@ -37,24 +37,17 @@ void CopyTile(const Matrix& m, int64_t r0, int64_t r1, int64_t c0,
     for (int64_t r = r0; r < r1; ++r) out[c * m.rows + r] = in[r * m.cols + c];
 }
 
-
 template <typename T>
 void Tile(const Matrix& m, int64_t r0, int64_t c0) {
   const int64_t r1 = std::min(r0 + kTile, m.rows);
   const int64_t c1 = std::min(c0 + kTile, m.cols);
-#ifdef __AVX__
-  if constexpr (sizeof(T) == 4) {
-    if (r1 - r0 == kTile && c1 - c0 == kTile) {
-      const float* in = reinterpret_cast<const float*>(m.in);
-      float* out = reinterpret_cast<float*>(m.out);
-      for (int64_t c = c0; c < c1; c += 8)
-        for (int64_t r = r0; r < r1; r += 8)
-          Transpose8(in + r * m.cols + c, m.cols, out + c * m.rows + r, m.rows);
-      return;
-    }
+  if constexpr (sizeof(T) == 4) {  // moved as floats: the same bits
+    Transpose(reinterpret_cast<const float*>(m.in) + r0 * m.cols + c0,
+              r1 - r0, c1 - c0, m.cols,
+              reinterpret_cast<float*>(m.out) + c0 * m.rows + r0, m.rows);
+  } else {
+    CopyTile<T>(m, r0, r1, c0, c1);
   }
-#endif
-  CopyTile<T>(m, r0, r1, c0, c1);
 }
 
 template <typename T>
