@@ -44,10 +44,12 @@ $(DSTAMP): | $(BIN)/python
 data-packages: $(DSTAMP)
 
 # The sample corpus, and the CPU kernels built for this host
-# (zoo.models.cpu_kernels; it would otherwise build on first use).
+# (zoo.models.cpu_kernels; it would otherwise build on first use). Each
+# build keeps to one core, so they run side by side.
 data: $(STAMP) $(DSTAMP)
-	$(BIN)/python -m data.sample
-	$(BIN)/python -m zoo.models.cpu_kernels
+	$(BIN)/python -m zoo.models.cpu_kernels & kernels=$$!; \
+	$(BIN)/python -m data.sample; sample=$$?; \
+	wait $$kernels; built=$$?; [ $$sample -eq 0 ] && [ $$built -eq 0 ]
 
 # The main job: the comparison harness on the demo grid (three tiny schemes
 # and their random-init rows, three tasks) over the embedded sample; prints

@@ -9,6 +9,7 @@ import pytest
 from flax import traverse_util
 
 from data.tasks import Task
+from zoo import checkpoint as ckpt_lib
 from zoo import finetune
 from zoo.finetune import ulmfit
 from zoo.finetune import arrays as finetune_arrays
@@ -406,6 +407,23 @@ def test_text_to_text_tasks_share_one_compiled_step(tok, topic):
   assert finetune_steps.train_step._cache_size() == compiled
   other = finetune.make_spec("t5", config, keyword, steps=2)
   assert other == finetune.make_spec("t5", config, topic, steps=2)
+
+
+@pytest.mark.parametrize("restored", [False, True])
+def test_a_run_compiles_its_train_step_once(tok, topic, restored):
+  """The fresh head and optimizer state start placed as the step returns
+  them (jit keys a program by where its inputs live), so the first step
+  runs the program of every later one: from a random init, and from a
+  backbone placed as a restored checkpoint is."""
+  config = _config(tok, "bert", num_layers=3 if restored else 1)
+  params = None
+  if restored:
+    params = jax.device_put(
+        models.init_params("bert", config, jax.random.key(1), heads=False),
+        ckpt_lib.replicated())
+  before = finetune_steps.train_step._cache_size()
+  _run(tok, topic, "bert", params, "full", steps=3, splits=(), config=config)
+  assert finetune_steps.train_step._cache_size() == before + 1
 
 
 def test_decoder_loss_at_target_positions_equals_full_logits_loss(tok):

@@ -64,3 +64,22 @@ def test_constant_feature_is_harmless():
   fitted = probe.fit(x, y, 2)
   assert np.all(np.isfinite(fitted.weights))
   assert np.mean(probe.predict(fitted, x) == y) == 1.0
+
+
+def test_near_widths_share_one_solver_and_fit_as_unpadded(monkeypatch):
+  """Wide features (bag-of-words vocabularies of K-shot sets) pad with
+  zero columns to a multiple of `WIDTH_STEP`: two widths within one step
+  compile one solver, and the fit is the unpadded one's up to rounding."""
+  x, y = _blobs(96, 300, 3, seed=5, spread=0.4)
+  before = probe._solve._cache_size()
+  wide = probe.fit(x, y, 3)
+  narrow = probe.fit(x[:, :290], y, 3)
+  assert probe._solve._cache_size() == before + 1
+  assert wide.weights.shape == (300, 3) and narrow.weights.shape == (290, 3)
+  monkeypatch.setattr(probe, "WIDTH_STEP", 512)  # 300 columns: no padding
+  plain = probe.fit(x, y, 3)
+  assert probe._solve._cache_size() == before + 2
+  np.testing.assert_allclose(wide.weights, plain.weights, atol=1e-4)
+  np.testing.assert_allclose(wide.bias, plain.bias, atol=1e-4)
+  np.testing.assert_array_equal(probe.predict(wide, x),
+                                probe.predict(plain, x))

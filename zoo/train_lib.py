@@ -252,7 +252,8 @@ def setup_state(objective, tx, config, mesh) -> Setup:
   boxed = jax.eval_shape(init_boxed, jax.random.key(0))
   shardings = sharding.logical_shardings(boxed, mesh, rules)
   init = jax.jit(lambda rng: sharding.unbox(init_boxed(rng)),
-                 out_shardings=shardings)
+                 out_shardings=shardings,
+                 compiler_options=models.INIT_COMPILER_OPTIONS)
   return Setup(mesh=mesh, rules=rules, abstract=sharding.unbox(boxed),
                shardings=shardings, init=init,
                batch_sharding=sharding.batch_sharding(mesh, rules))

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
+from zoo import checkpoint as ckpt_lib
 from zoo import models
 from zoo.compress import quant as quant_lib
 from zoo.finetune import arrays as arrays_lib
@@ -70,10 +71,6 @@ def _sample_arrays(spec: Spec, max_len: int) -> dict:
   return {"tokens": one + 7, "token_types": one}
 
 
-_INIT_OPTIONS = {"xla_backend_optimization_level": 0,
-                 "xla_llvm_disable_expensive_passes": True}
-
-
 def _fresh_backbone(spec: Spec, sample: dict, rng):
   """Fresh (unboxed) params of the backbone (traced inside `_fresh`)."""
   # Heads read hidden states: an encoder's pre-training heads (MLM, NSP)
@@ -86,7 +83,7 @@ def _fresh_backbone(spec: Spec, sample: dict, rng):
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1),
-                   compiler_options=_INIT_OPTIONS)
+                   compiler_options=models.INIT_COMPILER_OPTIONS)
 def _fresh(spec: Spec, max_len: int, rng) -> dict:
   """Fresh {"backbone", "head"} params ("head" only for encoder tasks).
 
@@ -154,6 +151,18 @@ def train_arrays(spec: Spec, task, tokenizer, lengths: dict) -> dict:
   return arrays
 
 
+def _placed(params, opt_state):
+  """Params and optimizer state committed whole to the devices of the
+  backbone's placed params (else this process's first device), as the
+  train step returns them. jit keys a program by its inputs' placement: a
+  fresh head or optimizer state left uncommitted would compile the step
+  once for the first call and again for every later one."""
+  mesh = next((x.sharding.mesh for x in jax.tree_util.tree_leaves(params)
+               if isinstance(getattr(x, "sharding", None),
+                             jax.sharding.NamedSharding)), None)
+  return jax.device_put((params, opt_state), ckpt_lib.replicated(mesh))
+
+
 def _train(spec: Spec, params, arrays: dict, batch_size: int, seed: int,
            prune=None):
   """Runs `spec.steps` train steps; returns (params, losses)."""
@@ -163,7 +172,8 @@ def _train(spec: Spec, params, arrays: dict, batch_size: int, seed: int,
   need = spec.steps * batch_size
   index = np.concatenate([order.permutation(n)
                           for _ in range(-(-need // n))])[:need]
-  opt_state = step_lib.init_opt_state(spec, params, prune)
+  params, opt_state = _placed(params,
+                              step_lib.init_opt_state(spec, params, prune))
   rng = jax.random.key(seed)
   losses = []
   for step in range(spec.steps):

@@ -447,7 +447,8 @@ def _first_params(objective, config):
   init (the same key, `train_lib.init_rng`, and example row), one jitted
   program as the trainer's is."""
   example = train_lib.example_batch(int(config.seq_len), data_cfg=config.data)
-  init = jax.jit(lambda rng: nn.meta.unbox(objective.init(rng, example)))
+  init = jax.jit(lambda rng: nn.meta.unbox(objective.init(rng, example)),
+                 compiler_options=models.INIT_COMPILER_OPTIONS)
   return init(train_lib.init_rng(int(config.seed)))
 
 

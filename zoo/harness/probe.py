@@ -37,6 +37,11 @@ import optax
 from zoo import distributed
 from zoo.models import heads
 
+# Features wider than this fit with zero columns up to a multiple of it, so
+# fits whose widths differ a little (the bag-of-words vocabularies of
+# several K-shot sets) share one compiled solver.
+WIDTH_STEP = 128
+
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
@@ -161,8 +166,8 @@ def fit(features, labels, num_classes: int, recipe: Recipe = Recipe()) -> Probe:
     raise ValueError(f"labels {y.shape} in [{y.min()}, {y.max()}] for "
                      f"features {x.shape} and {num_classes} classes")
   mean, std = heads.moments(x)
-  z = (x - mean) / std
-  params = dict(w=jnp.zeros((x.shape[-1], num_classes), jnp.float32),
+  z = _padded((x - mean) / std)
+  params = dict(w=jnp.zeros((z.shape[-1], num_classes), jnp.float32),
                 b=jnp.zeros((num_classes,), jnp.float32))
   if x.ndim == 3:
     params["mix"] = jnp.zeros((x.shape[1],), jnp.float32)
@@ -171,7 +176,19 @@ def fit(features, labels, num_classes: int, recipe: Recipe = Recipe()) -> Probe:
                   jnp.float32(recipe.tol), steps=recipe.steps,
                   memory=recipe.memory)
   params = jax.tree_util.tree_map(np.asarray, params)
-  return Probe(mean, std, params["w"], params["b"], params.get("mix"))
+  # A zero column has zero gradient: its weights stay at their zero start.
+  return Probe(mean, std, params["w"][:x.shape[-1]], params["b"],
+               params.get("mix"))
+
+
+def _padded(z: np.ndarray) -> np.ndarray:
+  """z [..., F] with zero columns up to a multiple of `WIDTH_STEP` when F
+  is wider than one step."""
+  width = z.shape[-1]
+  if width <= WIDTH_STEP:
+    return z
+  extra = -width % WIDTH_STEP
+  return np.pad(z, [(0, 0)] * (z.ndim - 1) + [(0, extra)])
 
 
 def probabilities(probe: Probe, features) -> np.ndarray:
