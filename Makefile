@@ -3,9 +3,10 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 DEMO_DIR ?= workdirs/demo
-# Cells side by side in pinned CPU processes (zoo.harness.parallel);
-# `make demo DEMO_WORKERS=2` runs two (README, "--workers").
-DEMO_WORKERS ?= 1
+# Cells side by side in pinned CPU processes (zoo.harness.parallel): two
+# where the process may use two CPUs or more (README, "--workers");
+# `make demo DEMO_WORKERS=1` runs every cell in one process.
+DEMO_WORKERS ?= $(if $(filter 0 1,$(shell nproc 2>/dev/null || echo 1)),1,2)
 STAMP   := $(VENV)/.installed
 TSTAMP  := $(VENV)/.installed-test
 
