@@ -7,6 +7,8 @@ import pytest
 from flax import traverse_util
 
 import test_finetune as ft
+from zoo import checkpoint as ckpt_lib
+from zoo import models
 from zoo.compress.heads import count_params
 from zoo.finetune import multitask as mt
 
@@ -115,3 +117,19 @@ def test_one_backbone_learns_both_tasks(tok, two_tasks, per_task):
   assert set(state.tasks) == {"topic", "mirror"}
   for name in two_tasks:
     assert scores[name]["validation/accuracy"] > 80, scores
+
+
+def test_each_task_compiles_its_step_once(tok, two_tasks):
+  """Fresh PALs, heads and optimizer states start placed as the step
+  returns them, beside a backbone placed as a restored checkpoint is: no
+  task compiles its step a second time after its first step."""
+  config = ft._config(tok, num_layers=3)  # pylint: disable=protected-access
+  params = jax.device_put(
+      models.init_params("bert", config, jax.random.key(1), heads=False),
+      ckpt_lib.replicated())
+  before = mt.train_step._cache_size()  # pylint: disable=protected-access
+  _, state = mt.finetune_many("bert", config, params, two_tasks, tok,
+                              per_task="pals", pal_dim=16, steps=4,
+                              batch_size=16, lr=1e-3, max_len=16, splits=())
+  assert mt.train_step._cache_size() == before + len(  # pylint: disable=protected-access
+      set(state.specs.values()))

@@ -226,8 +226,8 @@ def finetune_many(family: str, config, params, tasks: dict, tokenizer, *,
   sched = optim.schedule(ml_collections.ConfigDict(dict(
       lr=lr, warmup_steps=max(1, steps // 10), decay="linear")), steps)
   tx = _adam(specs[names[0]].weight_decay)
-  opt_shared = tx.init(shared)
-  opt_own = {n: tx.init(own[n]) for n in names}
+  (shared, own), (opt_shared, opt_own) = run_lib.placed(
+      (shared, own), (tx.init(shared), {n: tx.init(own[n]) for n in names}))
   batches, rng, losses = _batches(arrays, batch_size, seed), jax.random.key(
       seed), []
   for step, index in enumerate(order):

@@ -151,7 +151,7 @@ def train_arrays(spec: Spec, task, tokenizer, lengths: dict) -> dict:
   return arrays
 
 
-def _placed(params, opt_state):
+def placed(params, opt_state):
   """Params and optimizer state committed whole to the devices of the
   backbone's placed params (else this process's first device), as the
   train step returns them. jit keys a program by its inputs' placement: a
@@ -172,8 +172,8 @@ def _train(spec: Spec, params, arrays: dict, batch_size: int, seed: int,
   need = spec.steps * batch_size
   index = np.concatenate([order.permutation(n)
                           for _ in range(-(-need // n))])[:need]
-  params, opt_state = _placed(params,
-                              step_lib.init_opt_state(spec, params, prune))
+  params, opt_state = placed(params,
+                             step_lib.init_opt_state(spec, params, prune))
   rng = jax.random.key(seed)
   losses = []
   for step in range(spec.steps):
