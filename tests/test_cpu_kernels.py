@@ -26,7 +26,6 @@ def test_transpose_is_jnps(shape, lead, dtype):
   np.testing.assert_array_equal(got, jnp.transpose(x, perm))
 
 
-
 def test_four_byte_elements_keep_their_bits():
   """4-byte elements move as floats: words that read as NaNs (signalling
   ones included) or denormals come out bit for bit."""
