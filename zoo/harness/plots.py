@@ -9,6 +9,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 import numpy as np  # pylint: disable=wrong-import-position
 
+from zoo.harness import report  # pylint: disable=wrong-import-position
+
 
 def loss_curve(celldir: str) -> tuple[list[int], list[float]]:
   """(steps, train losses) of a cell's metrics.jsonl, one point per step.
@@ -48,7 +50,7 @@ def plot_losses(workdir: str, names: list[str], path: str,
   return path
 
 
-VIEWS = ("minimal_pairs", "probe", "few_shot")
+VIEWS = report.VIEWS
 
 
 def _colors(rows: list[dict]) -> dict[str, str]:
