@@ -86,3 +86,23 @@ def test_transe_logits_are_minus_the_distance_by_hand(monkeypatch, tmp_path):
   want = [[-np.abs(table[h + 1] + relations[1] - table[c + 1]).sum()
            for c in candidates] for h in heads]
   np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_the_optimised_step_keeps_the_numbers_of_an_unoptimised_one():
+  """TransE's step compiles at XLA's default level even where a process
+  lowers it (the tests run at level 0): one step's params and loss agree
+  with the same step compiled at the process's level, to float rounding."""
+  import jax  # pylint: disable=import-outside-toplevel
+  c = knowledge.TransE(dim=8, batch_size=6)
+  tx, step = knowledge._step_fn(c, 10)  # pylint: disable=protected-access
+  params = knowledge._init((10, 2), c)  # pylint: disable=protected-access
+  triples = np.asarray([(i, i % 2, (i + 3) % 10) for i in range(6)],
+                       np.int32)
+  args = (params, tx.init(params), triples, jax.random.key(1))
+  got = step(*args)
+  want = jax.jit(step.__wrapped__)(*args)
+  for a, b in zip(jax.tree_util.tree_leaves(got),
+                  jax.tree_util.tree_leaves(want)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6,
+                               atol=1e-6)
+  assert float(got[2]) > 0  # a margin loss that is not yet zero
