@@ -50,9 +50,6 @@ def plot_losses(workdir: str, names: list[str], path: str,
   return path
 
 
-VIEWS = report.VIEWS
-
-
 def _colors(rows: list[dict]) -> dict[str, str]:
   """One color per model family, in order of first appearance."""
   out = {}
@@ -68,12 +65,13 @@ def plot_views(results: dict, path: str) -> str:
   rows = results["rows"] + [{"name": "floor", "model": "-",
                              "views": results["floors"]}]
   colors = _colors(results["rows"])
-  fig, ax = plt.subplots(figsize=(max(7, 0.5 * len(rows) * len(VIEWS)), 4.5))
+  views = report.VIEWS
+  fig, ax = plt.subplots(figsize=(max(7, 0.5 * len(rows) * len(views)), 4.5))
   width = 0.8 / len(rows)
-  x = np.arange(len(VIEWS))
+  x = np.arange(len(views))
   for i, row in enumerate(rows):
     stats = [row["views"].get(v, {}).get("average", [np.nan] * 3)
-             for v in VIEWS]
+             for v in views]
     means = np.array([s[0] for s in stats])
     err = np.array([[s[0] - s[1] for s in stats], [s[2] - s[0] for s in stats]])
     ax.bar(x + (i - (len(rows) - 1) / 2) * width, means, width, yerr=err,
@@ -127,8 +125,8 @@ def plot_compression(results: dict, path: str) -> str | None:
   rows = [r for r in results["rows"] if r.get("footprint")]
   if not rows:
     return None
-  fig, axes = plt.subplots(1, len(VIEWS), figsize=(13, 4))
-  for ax, view in zip(axes, VIEWS):
+  fig, axes = plt.subplots(1, len(report.VIEWS), figsize=(13, 4))
+  for ax, view in zip(axes, report.VIEWS):
     for r in rows:
       mean, low, high = r["views"][view]["average"]
       size = r["footprint"]["bytes"] / 1e6
