@@ -16,6 +16,8 @@ from zoo import finetune
 from zoo.finetune import ulmfit
 from zoo.finetune import arrays as finetune_arrays
 from zoo.finetune import evaluate as finetune_eval
+from zoo.finetune import run as finetune_run
+from zoo.finetune import spec as spec_lib
 from zoo.finetune import steps as finetune_steps
 from zoo import models
 from zoo.models import heads
@@ -357,3 +359,28 @@ def test_a_run_compiles_its_train_step_once(tok, topic, restored):
   before = finetune_steps.train_step._cache_size()
   _run(tok, topic, "bert", params, "full", steps=3, splits=(), config=config)
   assert finetune_steps.train_step._cache_size() == before + 1
+
+
+def test_tasks_of_one_head_width_share_their_compiled_programs(tok, topic):
+  """A 2-class and a 3-class task (both heads 8 wide) run the same
+  compiled backbone init, train and predict programs; the head is drawn
+  per C, and its held-out classes never move nor win a prediction."""
+  three = _task("three", "class", "accuracy", ["animal", "vehicle", "none"],
+                _topic_examples)
+  config = _config(tok, "bert", num_layers=2)  # compiled by no other test
+  programs = (finetune_run._fresh, finetune_steps.train_step,  # pylint: disable=protected-access
+              finetune_steps.predict_step)
+  _run(tok, topic, "bert", None, "full", steps=3, config=config,
+       splits=("validation",))
+  before = [f._cache_size() for f in programs]  # pylint: disable=protected-access
+  _, state = _run(tok, three, "bert", None, "full", steps=3, config=config,
+                  splits=("validation",))
+  assert [f._cache_size() for f in programs] == before  # pylint: disable=protected-access
+  out = state.params["head"]["classify"]["out"]
+  assert (state.spec.num_labels, state.spec.head_width) == (3, 8)
+  assert out["kernel"].shape[-1] == 8
+  np.testing.assert_array_equal(out["kernel"][:, 3:], 0.0)
+  np.testing.assert_array_equal(out["bias"][3:], spec_lib.ABSENT_LOGIT)
+  assert np.abs(np.asarray(out["kernel"][:, :3])).min() > 0
+  assert 0 <= state.predictions["validation"].min()
+  assert state.predictions["validation"].max() < 3

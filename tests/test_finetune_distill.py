@@ -92,3 +92,7 @@ def test_finetune_prunes_to_its_target(tok, topic):
   assert got["all"] == pytest.approx(0.5, abs=0.01)
   assert all(0.49 <= f <= 0.51 for f in got["tensors"].values()), got
   assert np.isfinite(metrics["train/loss"])
+  # A pruned head is exactly C wide: padding would count as pruned weights.
+  assert state.params["head"]["classify"]["out"]["kernel"].shape[-1] == 2
+  head = magnitude.sparsity(state.params["head"])["tensors"]
+  assert head["classify/out/kernel"] == pytest.approx(0.5, abs=0.01)

@@ -1,4 +1,5 @@
-"""zoo.finetune.steps: the fine-tuning optimizer's head learning rate."""
+"""zoo.finetune.steps: the fine-tuning optimizer's head learning rate, and a
+head padded to its spec's width."""
 
 import dataclasses
 
@@ -9,13 +10,14 @@ import pytest
 
 from data.tasks import Task
 from zoo import models
+from zoo.finetune import run as finetune_run
 from zoo.finetune import spec as spec_lib
 from zoo.finetune import steps
 
 
-def _spec(**kw):
+def _spec(labels=("a", "b"), **kw):
   config = models.make_config("bert", "tiny")
-  task = Task("t", "class", "accuracy", ["a", "b"], {})
+  task = Task("t", "class", "accuracy", list(labels), {})
   return dataclasses.replace(spec_lib.make_spec("bert", config, task,
                                                 warmup_steps=0), **kw)
 
@@ -54,3 +56,33 @@ def test_standardisation_statistics_are_never_trained():
   assert mask["backbone"]["w"] and mask["head"]["classify"]["out"]["kernel"]
   assert not any(jax.tree_util.tree_leaves(
       mask["head"]["classify"]["standardize"]))
+
+
+def test_a_padded_head_keeps_the_loss_gradients_and_predictions_of_its_classes():
+  exact = _spec(labels="abc", pad_labels=False)
+  padded = dataclasses.replace(exact, pad_labels=True)
+  assert (exact.head_width, padded.head_width) == (3, 8)
+  params = finetune_run.init_params(exact, None, 8, jax.random.key(0))
+  wide = dict(params, head=steps.padded_head(params["head"], 8))
+  rng = np.random.default_rng(0)
+  batch = {"tokens": rng.integers(5, 100, (4, 8)).astype(np.int32),
+           "token_types": np.zeros((4, 8), np.int32),
+           "label": np.asarray([0, 2, 1, 2], np.int32)}
+  grad = lambda s, p: jax.value_and_grad(  # pylint: disable=unnecessary-lambda-assignment
+      lambda q: steps.head_loss(s, q, batch, jax.random.key(1)))(p)
+  (loss, g), (loss_w, g_w) = grad(exact, params), grad(padded, wide)
+  assert float(loss_w) == pytest.approx(float(loss), rel=1e-6)
+  out, out_w = g["head"]["classify"]["out"], g_w["head"]["classify"]["out"]
+  for key in ("kernel", "bias"):  # the held-out classes get exactly 0
+    np.testing.assert_allclose(out_w[key][..., :3], out[key], atol=1e-6)
+    np.testing.assert_array_equal(out_w[key][..., 3:], 0.0)
+  for a, b in zip(jax.tree_util.tree_leaves(g["backbone"]),
+                  jax.tree_util.tree_leaves(g_w["backbone"])):
+    np.testing.assert_allclose(a, b, atol=1e-6)
+  logits = steps.logits_step(padded, wide, batch)
+  assert logits.shape == (4, 3)
+  np.testing.assert_allclose(logits, steps.logits_step(exact, params, batch),
+                             atol=1e-6)
+  np.testing.assert_array_equal(
+      steps.predict_step(padded, wide, batch)["label"],
+      steps.predict_step(exact, params, batch)["label"])

@@ -85,22 +85,35 @@ def _fresh_backbone(spec: Spec, sample: dict, rng):
 @functools.partial(jax.jit, static_argnums=(0, 1),
                    compiler_options=models.INIT_COMPILER_OPTIONS)
 def _fresh(spec: Spec, max_len: int, rng) -> dict:
-  """Fresh {"backbone", "head"} params ("head" only for encoder tasks).
+  """Fresh {"backbone"} params.
 
   Compiled once per spec and length (init's random ops compile several
-  times faster without backend optimisation), then reused by every seed.
+  times faster without backend optimisation), then reused by every seed
+  and every task of the spec's head width.
   """
-  rng_backbone, rng_head = jax.random.split(rng)
+  rng_backbone, _ = jax.random.split(rng)
+  return {"backbone": _fresh_backbone(spec, _sample_arrays(spec, max_len),
+                                      rng_backbone)}
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2),
+                   compiler_options=models.INIT_COMPILER_OPTIONS)
+def _fresh_head(spec: Spec, num_labels: int, max_len: int, rng) -> dict:
+  """A fresh head of an encoder task: drawn at the task's C = `num_labels`
+  outputs (the draws do not depend on the padding), then widened to
+  `spec.head_width` (`steps.padded_head`). Only the backbone outputs'
+  shapes are traced, not its computation."""
+  _, rng_head = jax.random.split(rng)
   sample = _sample_arrays(spec, max_len)
-  backbone = _fresh_backbone(spec, sample, rng_backbone)
-  if spec.text_to_text:
-    return {"backbone": backbone}
   batch = dict(sample, answer_mask=sample["tokens"] > 0)
-  outputs = step_lib.backbone_outputs(spec, backbone, batch,
-                                          deterministic=True)
-  head = step_lib.task_head(spec).init(
+  shapes = jax.eval_shape(lambda: step_lib.backbone_outputs(
+      spec, _fresh_backbone(spec, sample, rng), batch, deterministic=True))
+  outputs = jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype),
+                                   shapes)
+  head = step_lib.task_head(spec, num_labels).init(
       rng_head, outputs, batch["tokens"] > 0, batch["answer_mask"])
-  return {"backbone": backbone, "head": nn.meta.unbox(head["params"])}
+  return step_lib.padded_head(nn.meta.unbox(head["params"]),
+                              spec.head_width)
 
 
 def load_backbone(fresh, given):
@@ -134,6 +147,8 @@ def load_backbone(fresh, given):
 def init_params(spec: Spec, backbone_params, max_len: int, rng):
   """{"backbone", "head"} params: loaded (or fresh) backbone, fresh head."""
   fresh = _fresh(spec, max_len, rng)
+  if not spec.text_to_text:
+    fresh["head"] = _fresh_head(spec, spec.num_labels, max_len, rng)
   if backbone_params is not None:
     fresh["backbone"] = load_backbone(fresh["backbone"], backbone_params)
   return fresh
@@ -303,7 +318,8 @@ def finetune(family: str, config, params, task, tokenizer, *,
                             adapter_dim=adapter_dim, pool=pool,
                             tagger=tagger, head=head)
   spec = dataclasses.replace(spec, head_lr=float(head_lr),
-                             standardize=bool(standardize))
+                             standardize=bool(standardize),
+                             pad_labels=prune is None)
   if ulmfit is not None:
     if isinstance(ulmfit, dict):
       ulmfit = ulmfit_lib.Recipe(**ulmfit)

@@ -1,7 +1,12 @@
 """What a fine-tuning run is: its static `Spec`, checked before it runs.
 
 `Spec` is hashable, so one compiled train step serves every seed and every
-call with the same backbone, task kind and mode.
+call with the same backbone, task kind and mode. A class or tag head is
+`head_width` wide, its task's C classes rounded up to a multiple of
+`LABEL_WIDTH`: the classes past C are held out of every softmax (their
+output bias is `ABSENT_LOGIT`, their weights zero, and neither ever moves),
+and C itself is not part of a spec's identity, so the tasks of up to 8
+classes share one compiled train, predict and init program.
 """
 
 import dataclasses
@@ -22,6 +27,13 @@ HEADS = ("auto", "ulmfit")
 _AUTO_POOL = {"t5": "mean", "elmo": "mean", "gpt2": "mean",
               "transfo_xl": "mean", "xlnet": "last"}
 POOLS = ("auto", "cls", "last", "mean")
+# Class and tag heads are this many outputs wide per block of classes.
+LABEL_WIDTH = 8
+# The output bias of a class past the task's C: exp of it underflows to
+# exactly 0 in float32, so such a class takes no probability, no gradient
+# and no prediction.
+ABSENT_LOGIT = -1e9
+_PADDED_KINDS = ("class", "pair", "tags")
 
 
 def resolve_pool(family: str, pool: str) -> str:
@@ -45,7 +57,9 @@ class Spec:
     interface: "encoder", "lstm", "encdec" or "decoder".
     kind: the task kind.
     mode: one of `MODES`.
-    num_labels: C (classes or tags); 0 otherwise.
+    num_labels: C (classes or tags); 0 otherwise. Not part of the spec's
+      identity (its hash and equality): compiled programs read only
+      `head_width`.
     steps, lr, warmup_steps, weight_decay, clip_norm: the AdamW recipe.
     head_dropout: dropout inside the head.
     pool: how class, pair and regression heads summarise the sequence:
@@ -67,13 +81,19 @@ class Spec:
     standardize: the head standardises its pooled features by their mean
       and std over the training examples (`heads.Standardize`), as the
       frozen probe does.
+    pad_labels: class and tag heads are `head_width` wide (False: exactly
+      C, for a run that prunes the head's matrices, where the padding's
+      zero weights would count as pruned ones).
+    head_width: the head's outputs (derived): C rounded up to a multiple
+      of `LABEL_WIDTH` for class, pair and tags tasks with `pad_labels`,
+      else C.
   """
   family: str
   config: Any
   interface: str
   kind: str
   mode: str = "full"
-  num_labels: int = 0
+  num_labels: int = dataclasses.field(default=0, compare=False)
   steps: int = 100
   lr: float = 1e-4
   warmup_steps: int = 10
@@ -89,6 +109,14 @@ class Spec:
   head: str = "auto"
   head_lr: float = 1.0
   standardize: bool = False
+  pad_labels: bool = True
+  head_width: int = dataclasses.field(init=False)
+
+  def __post_init__(self):
+    width = self.num_labels
+    if self.pad_labels and self.kind in _PADDED_KINDS and width > 0:
+      width = -(-width // LABEL_WIDTH) * LABEL_WIDTH
+    object.__setattr__(self, "head_width", width)
 
   @property
   def text_to_text(self) -> bool:

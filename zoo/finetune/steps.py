@@ -23,6 +23,7 @@ from zoo import models
 from zoo import optim
 from zoo.compress import magnitude
 from zoo.compress import quant
+from zoo.finetune import spec as spec_lib
 from zoo.finetune import ulmfit
 from zoo.finetune.spec import Spec
 from zoo.models import heads
@@ -80,12 +81,43 @@ class TaskHead(nn.Module):
     return heads.SpanQA(name="span")(h, answer_mask)
 
 
-def task_head(spec: Spec) -> TaskHead:
-  """The `TaskHead` of a spec."""
+def task_head(spec: Spec, num_labels: int | None = None) -> TaskHead:
+  """The `TaskHead` of a spec: `spec.head_width` outputs (or `num_labels`:
+  the task's own C, to draw a head's init as `padded_head` then widens)."""
   mix = spec.num_states if spec.mode == "scalar_mix" else 0
-  return TaskHead(spec.kind, spec.num_labels, spec.pool, mix,
-                  spec.head_dropout, spec.tagger, spec.head,
-                  spec.standardize)
+  width = spec.head_width if num_labels is None else num_labels
+  return TaskHead(spec.kind, width, spec.pool, mix, spec.head_dropout,
+                  spec.tagger, spec.head, spec.standardize)
+
+
+# The output layer of each class and tag head ({head name: layer name}).
+_OUTPUT_LAYERS = {"classify": "out", "tag": "out", "ulmfit": "dense_1"}
+
+
+def padded_head(head: dict, width: int) -> dict:
+  """A class or tag head's params of C outputs widened to `width`: the
+  classes past C get zero weights and an `ABSENT_LOGIT` bias (exp of it is
+  exactly 0 in float32, so they take no probability and no gradient, and
+  their weights never move). Other heads come back as they are.
+
+  Args:
+    head: the head's params, output layer kernel [..., C] and bias [C].
+    width: W >= C.
+  """
+  name = next((n for n in _OUTPUT_LAYERS if n in head), None)
+  if name is None:
+    return head
+  layer = head[name][_OUTPUT_LAYERS[name]]
+  extra = width - layer["bias"].shape[-1]
+  if extra == 0:
+    return head
+  kernel = jnp.pad(layer["kernel"], [(0, 0)] * (layer["kernel"].ndim - 1) +
+                   [(0, extra)])
+  bias = jnp.pad(layer["bias"], (0, extra),
+                 constant_values=spec_lib.ABSENT_LOGIT)
+  out = {**head[name], _OUTPUT_LAYERS[name]: {**layer, "kernel": kernel,
+                                               "bias": bias}}
+  return {**head, name: out}
 
 
 def _backbone_call(spec: Spec, params, batch: dict, deterministic: bool,
@@ -173,7 +205,11 @@ def _xent(logits, labels, weights):
 def _with_soft_labels(spec: Spec, out, batch: dict, weights, hard):
   """`hard` mixed with the soft-label loss to the teacher's logits in
   `batch["soft_logits"]` (`zoo.finetune.distill`)."""
-  soft = distill_obj.soft_target_sums(out, batch["soft_logits"], weights,
+  teacher = batch["soft_logits"]  # [..., C]: held-out classes added
+  extra = out.shape[-1] - teacher.shape[-1]
+  teacher = jnp.pad(teacher, [(0, 0)] * (teacher.ndim - 1) + [(0, extra)],
+                    constant_values=spec_lib.ABSENT_LOGIT)
+  soft = distill_obj.soft_target_sums(out, teacher, weights,
                                       spec.temperature)
   soft = soft["loss_sum"] / jnp.maximum(soft["weight_sum"], 1.0)
   return spec.soft_weight * soft + (1.0 - spec.soft_weight) * hard
@@ -336,10 +372,18 @@ def train_step(spec: Spec, params, opt_state, batch: dict, rng,
 
 
 @functools.partial(jax.jit, static_argnums=0)
+def _head_output(spec: Spec, params, batch: dict):
+  return head_forward(spec, params, batch, deterministic=True)
+
+
 def logits_step(spec: Spec, params, batch: dict):
   """The head's raw output on an encoder batch, no dropout: [B, C] logits
-  of class and pair tasks, [B, T, C] of tags."""
-  return head_forward(spec, params, batch, deterministic=True)
+  of class and pair tasks, [B, T, C] of tags (the task's C classes; the
+  head's held-out ones are dropped)."""
+  out = _head_output(spec, params, batch)
+  if spec.head_width != spec.num_labels:
+    out = out[..., :spec.num_labels]
+  return out
 
 
 @functools.partial(jax.jit, static_argnums=0)
