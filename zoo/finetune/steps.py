@@ -94,6 +94,13 @@ def task_head(spec: Spec, num_labels: int | None = None) -> TaskHead:
 _OUTPUT_LAYERS = {"classify": "out", "tag": "out", "ulmfit": "dense_1"}
 
 
+def _widened(x: jax.Array, width: int, value: float) -> jax.Array:
+  """x [..., C] with columns of `value` appended up to [..., width]."""
+  extra = width - x.shape[-1]
+  return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, extra)],
+                 constant_values=value)
+
+
 def padded_head(head: dict, width: int) -> dict:
   """A class or tag head's params of C outputs widened to `width`: the
   classes past C get zero weights and an `ABSENT_LOGIT` bias (exp of it is
@@ -108,13 +115,10 @@ def padded_head(head: dict, width: int) -> dict:
   if name is None:
     return head
   layer = head[name][_OUTPUT_LAYERS[name]]
-  extra = width - layer["bias"].shape[-1]
-  if extra == 0:
+  if layer["bias"].shape[-1] == width:
     return head
-  kernel = jnp.pad(layer["kernel"], [(0, 0)] * (layer["kernel"].ndim - 1) +
-                   [(0, extra)])
-  bias = jnp.pad(layer["bias"], (0, extra),
-                 constant_values=spec_lib.ABSENT_LOGIT)
+  kernel = _widened(layer["kernel"], width, 0.0)
+  bias = _widened(layer["bias"], width, spec_lib.ABSENT_LOGIT)
   out = {**head[name], _OUTPUT_LAYERS[name]: {**layer, "kernel": kernel,
                                                "bias": bias}}
   return {**head, name: out}
@@ -205,10 +209,9 @@ def _xent(logits, labels, weights):
 def _with_soft_labels(spec: Spec, out, batch: dict, weights, hard):
   """`hard` mixed with the soft-label loss to the teacher's logits in
   `batch["soft_logits"]` (`zoo.finetune.distill`)."""
-  teacher = batch["soft_logits"]  # [..., C]: held-out classes added
-  extra = out.shape[-1] - teacher.shape[-1]
-  teacher = jnp.pad(teacher, [(0, 0)] * (teacher.ndim - 1) + [(0, extra)],
-                    constant_values=spec_lib.ABSENT_LOGIT)
+  # The teacher's [..., C] logits with the head's held-out classes added.
+  teacher = _widened(batch["soft_logits"], out.shape[-1],
+                     spec_lib.ABSENT_LOGIT)
   soft = distill_obj.soft_target_sums(out, teacher, weights,
                                       spec.temperature)
   soft = soft["loss_sum"] / jnp.maximum(soft["weight_sum"], 1.0)
