@@ -83,3 +83,28 @@ def test_near_widths_share_one_solver_and_fit_as_unpadded(monkeypatch):
   np.testing.assert_allclose(wide.bias, plain.bias, atol=1e-4)
   np.testing.assert_array_equal(probe.predict(wide, x),
                                 probe.predict(plain, x))
+
+
+def test_tasks_of_any_size_share_one_solver_and_fit_as_unpadded(monkeypatch):
+  """With `row_step`, fits of different N and C (up to `LABEL_WIDTH`
+  classes) compile one solver; the padded rows (zero weight) and classes
+  (held out of the softmax) leave the fit the unpadded one's, up to
+  rounding."""
+  rng = np.random.default_rng(8)
+  def layered(n, c, seed):
+    x, y = _blobs(n, 16, c, seed=seed, spread=0.5)
+    return np.stack([x, rng.normal(size=x.shape)], 1).astype(np.float32), y
+  (x, y), (x2, y2) = layered(300, 3, 6), layered(200, 5, 7)
+  before = probe._solve._cache_size()
+  a = probe.fit(x, y, 3, row_step=512)
+  b = probe.fit(x2, y2, 5, row_step=512)
+  assert probe._solve._cache_size() == before + 1
+  assert a.weights.shape == (16, 3) and b.bias.shape == (5,)
+  assert probe.probabilities(b, x2).shape == (200, 5)
+  monkeypatch.setattr(probe, "LABEL_WIDTH", 1)
+  plain = probe.fit(x, y, 3)
+  assert probe._solve._cache_size() == before + 2
+  for got, want in ((a.weights, plain.weights), (a.bias, plain.bias),
+                    (a.layer_weights, plain.layer_weights)):
+    np.testing.assert_allclose(got, want, atol=1e-4)
+  np.testing.assert_array_equal(probe.predict(a, x), probe.predict(plain, x))

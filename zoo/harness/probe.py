@@ -17,6 +17,15 @@ deterministic full-batch L-BFGS (optax.lbfgs with a zoom line search) runs
 inside one jitted `lax.while_loop` until the gradient norm falls below
 `tol` or `steps` iterations have run.
 
+Fits share compiled solvers across tasks: the class axis is padded to a
+multiple of `LABEL_WIDTH` (the classes past C are held out of the softmax
+by a fixed `ABSENT_LOGIT` offset, so their weights and biases have exactly
+zero gradient and stay at their zero start), and `run` pads the train
+split's rows to a multiple of `ROW_STEP` with rows of zero weight in the
+loss. At the harness's sizes a solve takes a small fraction of the
+seconds its compile takes, so padded rows cost little, and the demo's
+three tasks fit with one solver per feature shape.
+
 With per-layer features [N, L, F] the probe first mixes the layers as ELMo
 does, sum_l softmax(a)_l * x_l, with the mix logits `a` [L] fitted jointly
 with the classifier. ELMo's scale gamma is not a separate parameter here:
@@ -35,12 +44,16 @@ import numpy as np
 import optax
 
 from zoo import distributed
+from zoo.finetune.spec import ABSENT_LOGIT, LABEL_WIDTH
 from zoo.models import heads
 
 # Features wider than this fit with zero columns up to a multiple of it, so
 # fits whose widths differ a little (the bag-of-words vocabularies of
 # several K-shot sets) share one compiled solver.
 WIDTH_STEP = 128
+# `run` pads a task's train rows to a multiple of this: every split of up to
+# this many rows (the demo's 1,482 to 4,381) fits with one solver.
+ROW_STEP = 8192
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,26 +111,31 @@ class Probe:
     return (np.exp(a) / np.exp(a).sum()).astype(np.float32)
 
 
-def _logits(params: dict, z):
-  """Logits [N, C] of standardised features z [N, F] or [N, L, F]."""
+def _logits(params: dict, z, absent):
+  """Logits [N, C] of standardised features z [N, F] or [N, L, F]; absent
+  [C] is 0 for a task's classes and `ABSENT_LOGIT` past them."""
   if "mix" in params:
     z = jnp.einsum("nlf,l->nf", z, jax.nn.softmax(params["mix"]))
-  return z @ params["w"] + params["b"]
+  return z @ params["w"] + params["b"] + absent
 
 
-def _loss(params: dict, z, y, l2, mix_l2):
-  """Mean cross-entropy plus the recipe's penalties (a scalar)."""
-  ce = optax.softmax_cross_entropy_with_integer_labels(_logits(params, z), y)
+def _loss(params: dict, z, y, r, absent, l2, mix_l2):
+  """Cross-entropy averaged over the rows of weight r [N] (1 for a real
+  example, 0 for padding) plus the recipe's penalties (a scalar)."""
+  ce = optax.softmax_cross_entropy_with_integer_labels(
+      _logits(params, z, absent), y)
   penalty = 0.5 * l2 * jnp.sum(jnp.square(params["w"]))
   if "mix" in params:
     penalty += 0.5 * mix_l2 * jnp.sum(jnp.square(params["mix"]))
-  return ce.mean() + penalty
+  return jnp.sum(ce * r) / jnp.sum(r) + penalty
 
 
 @functools.partial(jax.jit, static_argnames=("steps", "memory"))
-def _solve(params: dict, z, y, l2, mix_l2, tol, steps: int, memory: int):
+def _solve(params: dict, z, y, r, absent, l2, mix_l2, tol, steps: int,
+           memory: int):
   """L-BFGS on `_loss` from `params`; returns the fitted params."""
-  fun = functools.partial(_loss, z=z, y=y, l2=l2, mix_l2=mix_l2)
+  fun = functools.partial(_loss, z=z, y=y, r=r, absent=absent, l2=l2,
+                          mix_l2=mix_l2)
   opt = optax.lbfgs(memory_size=memory)
   value_and_grad = optax.value_and_grad_from_state(fun)
 
@@ -147,7 +165,8 @@ def _check(features, probe_mean=None) -> np.ndarray:
   return x
 
 
-def fit(features, labels, num_classes: int, recipe: Recipe = Recipe()) -> Probe:
+def fit(features, labels, num_classes: int, recipe: Recipe = Recipe(),
+        row_step: int = 1) -> Probe:
   """Fits the probe on train features.
 
   Args:
@@ -156,6 +175,9 @@ def fit(features, labels, num_classes: int, recipe: Recipe = Recipe()) -> Probe:
     labels: int [N] in [0, C).
     num_classes: C.
     recipe: the fitting recipe.
+    row_step: the rows go to the solver padded to a multiple of this
+      (padding has zero weight in the loss), so that fits of different N
+      share one compiled solver (`run` passes `ROW_STEP`).
 
   Returns:
     The fitted `Probe`; the same inputs give the same probe, bit for bit.
@@ -166,29 +188,38 @@ def fit(features, labels, num_classes: int, recipe: Recipe = Recipe()) -> Probe:
     raise ValueError(f"labels {y.shape} in [{y.min()}, {y.max()}] for "
                      f"features {x.shape} and {num_classes} classes")
   mean, std = heads.moments(x)
-  z = _padded((x - mean) / std)
-  params = dict(w=jnp.zeros((z.shape[-1], num_classes), jnp.float32),
-                b=jnp.zeros((num_classes,), jnp.float32))
+  z = _padded((x - mean) / std, -1, WIDTH_STEP + 1, WIDTH_STEP)
+  z = _padded(z, 0, 0, row_step)
+  width = -(-num_classes // LABEL_WIDTH) * LABEL_WIDTH
+  params = dict(w=jnp.zeros((z.shape[-1], width), jnp.float32),
+                b=jnp.zeros((width,), jnp.float32))
   if x.ndim == 3:
     params["mix"] = jnp.zeros((x.shape[1],), jnp.float32)
-  params = _solve(params, jnp.asarray(z), jnp.asarray(y),
+  absent = np.where(np.arange(width) < num_classes, 0.0, ABSENT_LOGIT)
+  params = _solve(params, jnp.asarray(z), jnp.asarray(_padded(y, 0, 0,
+                                                              row_step)),
+                  jnp.asarray(_padded(np.ones(len(y), np.float32), 0, 0,
+                                      row_step)),
+                  jnp.asarray(absent, jnp.float32),
                   jnp.float32(recipe.l2), jnp.float32(recipe.mix_l2),
                   jnp.float32(recipe.tol), steps=recipe.steps,
                   memory=recipe.memory)
   params = jax.tree_util.tree_map(np.asarray, params)
-  # A zero column has zero gradient: its weights stay at their zero start.
-  return Probe(mean, std, params["w"][:x.shape[-1]], params["b"],
-               params.get("mix"))
+  # Zero columns and absent classes have zero gradient: their weights stay
+  # at their zero start.
+  return Probe(mean, std, params["w"][:x.shape[-1], :num_classes],
+               params["b"][:num_classes], params.get("mix"))
 
 
-def _padded(z: np.ndarray) -> np.ndarray:
-  """z [..., F] with zero columns up to a multiple of `WIDTH_STEP` when F
-  is wider than one step."""
-  width = z.shape[-1]
-  if width <= WIDTH_STEP:
-    return z
-  extra = -width % WIDTH_STEP
-  return np.pad(z, [(0, 0)] * (z.ndim - 1) + [(0, extra)])
+def _padded(a: np.ndarray, axis: int, least: int, step: int) -> np.ndarray:
+  """a with zeros along `axis` up to a multiple of `step`, when that axis
+  is at least `least` long."""
+  size = a.shape[axis]
+  if size < least:
+    return a
+  pad = [(0, 0)] * a.ndim
+  pad[axis] = (0, -size % step)
+  return np.pad(a, pad)
 
 
 def probabilities(probe: Probe, features) -> np.ndarray:
@@ -243,8 +274,8 @@ def run(loaded, task, split: str, recipe: dict) -> dict:
   train = features(loaded, [ex["text"] for ex in task.train], max_len)
   test = features(loaded, [ex["text"] for ex in task.splits[split]], max_len)
   labels = np.asarray([ex["label"] for ex in task.train], np.int32)
-  mix = fit(train, labels, len(task.labels), fit_recipe)
-  last = fit(train[:, -1], labels, len(task.labels), fit_recipe)
+  mix = fit(train, labels, len(task.labels), fit_recipe, ROW_STEP)
+  last = fit(train[:, -1], labels, len(task.labels), fit_recipe, ROW_STEP)
   return {"metric": task.metric,
           "labels": [ex["label"] for ex in task.splits[split]],
           "preds": [predict(mix, test).tolist()],
