@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from zoo.finetune import spec
 from zoo.harness import probe
 
 
@@ -86,7 +87,7 @@ def test_near_widths_share_one_solver_and_fit_as_unpadded(monkeypatch):
 
 
 def test_tasks_of_any_size_share_one_solver_and_fit_as_unpadded(monkeypatch):
-  """With `row_step`, fits of different N and C (up to `LABEL_WIDTH`
+  """With `row_step`, fits of different N and C (up to `spec.LABEL_WIDTH`
   classes) compile one solver; the padded rows (zero weight) and classes
   (held out of the softmax) leave the fit the unpadded one's, up to
   rounding."""
@@ -101,7 +102,7 @@ def test_tasks_of_any_size_share_one_solver_and_fit_as_unpadded(monkeypatch):
   assert probe._solve._cache_size() == before + 1
   assert a.weights.shape == (16, 3) and b.bias.shape == (5,)
   assert probe.probabilities(b, x2).shape == (200, 5)
-  monkeypatch.setattr(probe, "LABEL_WIDTH", 1)
+  monkeypatch.setattr(spec, "LABEL_WIDTH", 1)
   plain = probe.fit(x, y, 3)
   assert probe._solve._cache_size() == before + 2
   for got, want in ((a.weights, plain.weights), (a.bias, plain.bias),

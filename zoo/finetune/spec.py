@@ -36,6 +36,11 @@ ABSENT_LOGIT = -1e9
 _PADDED_KINDS = ("class", "pair", "tags")
 
 
+def padded_width(num_labels: int) -> int:
+  """C classes rounded up to a multiple of `LABEL_WIDTH` outputs."""
+  return -(-num_labels // LABEL_WIDTH) * LABEL_WIDTH
+
+
 def resolve_pool(family: str, pool: str) -> str:
   """"cls", "last" or "mean": `pool`, or for "auto" the family's natural
   summary (its first token where pre-training gives it one, XLNet's last,
@@ -115,7 +120,7 @@ class Spec:
   def __post_init__(self):
     width = self.num_labels
     if self.pad_labels and self.kind in _PADDED_KINDS and width > 0:
-      width = -(-width // LABEL_WIDTH) * LABEL_WIDTH
+      width = padded_width(width)
     object.__setattr__(self, "head_width", width)
 
   @property

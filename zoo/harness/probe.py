@@ -44,7 +44,7 @@ import numpy as np
 import optax
 
 from zoo import distributed
-from zoo.finetune.spec import ABSENT_LOGIT, LABEL_WIDTH
+from zoo.finetune.spec import ABSENT_LOGIT, padded_width
 from zoo.models import heads
 
 # Features wider than this fit with zero columns up to a multiple of it, so
@@ -188,27 +188,38 @@ def fit(features, labels, num_classes: int, recipe: Recipe = Recipe(),
     raise ValueError(f"labels {y.shape} in [{y.min()}, {y.max()}] for "
                      f"features {x.shape} and {num_classes} classes")
   mean, std = heads.moments(x)
-  z = _padded((x - mean) / std, -1, WIDTH_STEP + 1, WIDTH_STEP)
-  z = _padded(z, 0, 0, row_step)
-  width = -(-num_classes // LABEL_WIDTH) * LABEL_WIDTH
-  params = dict(w=jnp.zeros((z.shape[-1], width), jnp.float32),
-                b=jnp.zeros((width,), jnp.float32))
+  z, y, r, absent = _solver_inputs((x - mean) / std, y, num_classes,
+                                   row_step)
+  params = dict(w=jnp.zeros((z.shape[-1], absent.size), jnp.float32),
+                b=jnp.zeros((absent.size,), jnp.float32))
   if x.ndim == 3:
     params["mix"] = jnp.zeros((x.shape[1],), jnp.float32)
-  absent = np.where(np.arange(width) < num_classes, 0.0, ABSENT_LOGIT)
-  params = _solve(params, jnp.asarray(z), jnp.asarray(_padded(y, 0, 0,
-                                                              row_step)),
-                  jnp.asarray(_padded(np.ones(len(y), np.float32), 0, 0,
-                                      row_step)),
-                  jnp.asarray(absent, jnp.float32),
-                  jnp.float32(recipe.l2), jnp.float32(recipe.mix_l2),
-                  jnp.float32(recipe.tol), steps=recipe.steps,
-                  memory=recipe.memory)
+  params = _solve(params, z, y, r, absent, jnp.float32(recipe.l2),
+                  jnp.float32(recipe.mix_l2), jnp.float32(recipe.tol),
+                  steps=recipe.steps, memory=recipe.memory)
   params = jax.tree_util.tree_map(np.asarray, params)
   # Zero columns and absent classes have zero gradient: their weights stay
   # at their zero start.
   return Probe(mean, std, params["w"][:x.shape[-1], :num_classes],
                params["b"][:num_classes], params.get("mix"))
+
+
+def _solver_inputs(z, y, num_classes: int, row_step: int):
+  """What `_solve` reads, padded so that near shapes share one program.
+
+  Returns:
+    z [N', F'] or [N', L, F']: standardised features with zero columns up
+    to a multiple of `WIDTH_STEP` (when wider than one) and zero rows up to
+    a multiple of `row_step`; y [N'] int32 labels (0 on padding); r [N']
+    float32 row weights (1 real, 0 padding); absent [C'] float32, 0 for the
+    C classes and `ABSENT_LOGIT` past them, C' a multiple of `LABEL_WIDTH`.
+  """
+  z = _padded(_padded(z, -1, WIDTH_STEP + 1, WIDTH_STEP), 0, 0, row_step)
+  rows = lambda a: jnp.asarray(_padded(a, 0, 0, row_step))
+  width = padded_width(num_classes)
+  absent = np.where(np.arange(width) < num_classes, 0.0, ABSENT_LOGIT)
+  return (jnp.asarray(z), rows(y), rows(np.ones(len(y), np.float32)),
+          jnp.asarray(absent, jnp.float32))
 
 
 def _padded(a: np.ndarray, axis: int, least: int, step: int) -> np.ndarray:
