@@ -10,7 +10,7 @@ DEMO_WORKERS ?= $(if $(filter 0 1,$(shell nproc 2>/dev/null || echo 1)),1,2)
 STAMP   := $(VENV)/.installed
 TSTAMP  := $(VENV)/.installed-test
 
-.PHONY: demo test test-all quick data data-packages clean
+.PHONY: demo test test-all test-durations quick data data-packages clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -59,19 +59,29 @@ demo: $(STAMP) data
 	$(BIN)/python -m zoo.compare --config configs/compare/demo.py --workdir $(DEMO_DIR) \
 	    --workers $(DEMO_WORKERS)
 
+# Files run whole, longest first (tests/durations.py; xdist's own order,
+# most tests first, would leave the long harness files for last).
 # --durations: every run lists its slowest tests (what to trim when the
 # suite grows past its time budget). Per-family sweeps run on the core
 # families here (tests/lanes.py); `make test-all` runs every member.
+XDIST   := -n 2 --dist loadfile --no-loadscope-reorder
 test: $(TSTAMP) data
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=30 -m "not sweep" tests
+	$(BIN)/python -m pytest -q $(XDIST) --durations=30 -m "not sweep" tests
+
+# The seconds of every test file in a `make test` run, recorded for the
+# order above (tests/durations.json).
+test-durations: $(TSTAMP) data
+	$(BIN)/python -m pytest -q $(XDIST) --durations=0 --durations-min=0 \
+	    -m "not sweep" tests | tee $(VENV)/durations.log
+	$(BIN)/python tests/durations.py $(VENV)/durations.log
 
 # Everything, every member of every per-family sweep included.
 test-all: $(TSTAMP) data
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=30 tests
+	$(BIN)/python -m pytest -q $(XDIST) --durations=30 tests
 
 # The developer's lane: everything but the tests marked slow or sweep.
 quick: $(TSTAMP) data
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow and not sweep" tests
+	$(BIN)/python -m pytest -q $(XDIST) -m "not slow and not sweep" tests
 
 clean:
 	rm -rf $(VENV) workdirs .data

@@ -7,6 +7,10 @@ elemental emitters rather than its MLIR fusion emitters (the programs of
 `test_accumulate` compile in about half the time). Subprocesses the tests
 start inherit these settings.
 
+Files run longest first (`tests/durations.py`): `make test` deals them
+to its workers in that order, so neither worker is left with a long file
+at the end.
+
 The test processes keep no persistent compile cache unless
 `ZOO_COMPILE_CACHE=DIR` asks for one: writing XLA:CPU executables to disk
 from a long-lived worker has crashed XLA (a segfault inside
@@ -33,6 +37,14 @@ from zoo import compile_cache  # pylint: disable=wrong-import-position
 
 os.environ.setdefault(compile_cache.ENV, "off")
 compile_cache.enable()  # only where ZOO_COMPILE_CACHE names a folder
+
+
+def pytest_collection_modifyitems(items):
+  """Tests in the order of their files' recorded seconds, longest first."""
+  from tests import durations  # pylint: disable=import-outside-toplevel
+  order = durations.longest_first([i.nodeid.split("::")[0] for i in items],
+                                  durations.load())
+  items[:] = [items[i] for i in order]
 
 
 @pytest.fixture(autouse=True, scope="module")
