@@ -9,8 +9,8 @@ files first instead (`longest_first`), so the last files are short ones.
 The seconds are a past run's (`durations.json`); a file it lacks counts
 as the median file. Refresh them after adding or growing a long test:
 
-    make test-durations   # runs the suite with --durations=0, then
-    python tests/durations.py LOG   # rewrites durations.json from its log
+    make test-durations             # the suite with --durations=0, then:
+    python tests/durations.py LOG   # durations.json from such a log
 """
 
 import json
