@@ -14,8 +14,12 @@ process's devices (what `zoo.load` and evaluation use), falling back past
 an unreadable checkpoint. Nothing here unpickles.
 """
 
+import contextlib
+import gc
 import json
 import os
+import sys
+import time
 import warnings
 from typing import Any
 
@@ -213,13 +217,62 @@ def restore_params(workdir: str, step: int | None = None):
         "killed before its first save leaves none); train longer or point "
         "at another workdir")
   errors = []
-  for s in sorted(steps, reverse=True):
-    try:
-      state, _ = restore_replicated(workdir, s, local_mesh())
-      return state["params"], s
-    except Exception as e:  # pylint: disable=broad-except
-      errors.append(f"step {s}: {type(e).__name__}: {str(e)[:300]}")
-      warnings.warn(f"checkpoint {s} of {workdir} is unreadable ({errors[-1]}"
-                    "); trying the previous complete checkpoint")
+  with _abandoned_reads_quieted() as settle:
+    for s in sorted(steps, reverse=True):
+      try:
+        state, _ = restore_replicated(workdir, s, local_mesh())
+        return state["params"], s
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(f"step {s}: {type(e).__name__}: {str(e)[:300]}")
+      settle()
+      warnings.warn(f"checkpoint {s} of {workdir} is unreadable "
+                    f"({errors[-1]}); trying the previous complete checkpoint")
   raise ValueError(f"no checkpoint of {workdir} could be restored:\n"
                    + "\n".join(errors))
+
+
+def _abandoned_read(unraisable) -> bool:
+  """Whether an unraisable error is a failed restore's abandoned read: a
+  TensorStore callback into Orbax's closed event loop, or a pending read
+  coroutine that raised when the collector closed it."""
+  e = unraisable.exc_value
+  while e is not None:
+    if isinstance(e, GeneratorExit) or (
+        isinstance(e, RuntimeError) and "Event loop is closed" in str(e)):
+      return True
+    e = e.__context__
+  return False
+
+
+@contextlib.contextmanager
+def _abandoned_reads_quieted(settle_s: float = 0.5, limit_s: float = 10.0):
+  """Yields `settle()`, to call after a failed restore; drops its noise.
+
+  One unreadable shard fails Orbax's gathered reads and closes their event
+  loop while the other reads are still pending. Each of those would print
+  a traceback whenever its TensorStore read completes or the collector
+  frees it, long after the warning that named the checkpoint. Inside this
+  context those errors (`_abandoned_read`) are dropped and every other
+  unraisable error goes to the hook as usual; `settle()` collects until
+  `settle_s` passes without one (at most `limit_s`).
+  """
+  hook, dropped = sys.unraisablehook, []
+
+  def drop(unraisable):
+    if _abandoned_read(unraisable):
+      dropped.append(unraisable.exc_type)
+    else:
+      hook(unraisable)
+
+  def settle():
+    seen, deadline = -1, time.monotonic() + limit_s
+    while len(dropped) != seen and time.monotonic() < deadline:
+      seen = len(dropped)
+      gc.collect()
+      time.sleep(settle_s)
+
+  sys.unraisablehook = drop
+  try:
+    yield settle
+  finally:
+    sys.unraisablehook = hook
