@@ -345,20 +345,23 @@ def test_xlnet_pools_its_last_piece_and_reads_pair_types(tok, topic):
 
 
 @pytest.mark.parametrize("restored", [False, True])
-def test_a_run_compiles_its_train_step_once(tok, topic, restored):
-  """The fresh head and optimizer state start placed as the step returns
-  them (jit keys a program by where its inputs live), so the first step
-  runs the program of every later one: from a random init, and from a
-  backbone placed as a restored checkpoint is."""
+def test_a_run_compiles_its_train_step_once(tok, topic, restored,
+                                            monkeypatch):
+  """The fresh head and optimizer state start placed as the steps return
+  them (jit keys a program by where its inputs live), so the first run of
+  steps runs the program of every later one: from a random init, and from
+  a backbone placed as a restored checkpoint is. (4 steps, 2 to a
+  program: the same program twice.)"""
+  monkeypatch.setattr(finetune_run, "CHUNK_STEPS", 2)
   config = _config(tok, "bert", num_layers=3 if restored else 1)
   params = None
   if restored:
     params = jax.device_put(
         models.init_params("bert", config, jax.random.key(1), heads=False),
         ckpt_lib.replicated())
-  before = finetune_steps.train_step._cache_size()
-  _run(tok, topic, "bert", params, "full", steps=3, splits=(), config=config)
-  assert finetune_steps.train_step._cache_size() == before + 1
+  before = finetune_steps.train_steps._cache_size()
+  _run(tok, topic, "bert", params, "full", steps=4, splits=(), config=config)
+  assert finetune_steps.train_steps._cache_size() == before + 1
 
 
 def test_tasks_of_one_head_width_share_their_compiled_programs(tok, topic):
@@ -368,7 +371,7 @@ def test_tasks_of_one_head_width_share_their_compiled_programs(tok, topic):
   three = _task("three", "class", "accuracy", ["animal", "vehicle", "none"],
                 _topic_examples)
   config = _config(tok, "bert", num_layers=2)  # compiled by no other test
-  programs = (finetune_run._fresh, finetune_steps.train_step,  # pylint: disable=protected-access
+  programs = (finetune_run._fresh, finetune_steps.train_steps,  # pylint: disable=protected-access
               finetune_steps.predict_step)
   _run(tok, topic, "bert", None, "full", steps=3, config=config,
        splits=("validation",))

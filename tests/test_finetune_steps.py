@@ -10,6 +10,7 @@ import pytest
 
 from data.tasks import Task
 from zoo import models
+from zoo.compress import magnitude
 from zoo.finetune import run as finetune_run
 from zoo.finetune import spec as spec_lib
 from zoo.finetune import steps
@@ -86,3 +87,54 @@ def test_a_padded_head_keeps_the_loss_gradients_and_predictions_of_its_classes()
   np.testing.assert_array_equal(
       steps.predict_step(padded, wide, batch)["label"],
       steps.predict_step(exact, params, batch)["label"])
+
+
+# Biases are left out: a key bias gets no gradient beyond rounding, so the
+# ranking of its entries is a tie broken by rounding alone.
+@pytest.mark.parametrize("prune", [None, magnitude.Config(
+    target=0.5, begin_step=0, end_step=4, frequency=2,
+    exclude="embedding,bias")])
+def test_scanned_steps_equal_a_loop_of_single_steps(prune):
+  """`train_steps` over stacked batches, in two runs of steps, gives the
+  losses, params and optimizer state of one jitted step per batch (the
+  rng folded with each step's index either way), pruning included."""
+  spec = _spec(labels="abc", steps=5)
+  params = finetune_run.init_params(spec, None, 8, jax.random.key(0))
+  rng, data = jax.random.key(3), np.random.default_rng(0)
+  batches = {"tokens": data.integers(5, 100, (5, 4, 8)).astype(np.int32),
+             "token_types": np.zeros((5, 4, 8), np.int32),
+             "label": data.integers(0, 3, (5, 4)).astype(np.int32)}
+  one = jax.jit(steps.train_step, static_argnums=0, static_argnames="prune")
+  p, o = params, steps.init_opt_state(spec, params, prune)
+  looped = []
+  for k in range(5):
+    p, o, loss = one(spec, p, o, jax.tree_util.tree_map(
+        lambda x, k=k: x[k], batches), jax.random.fold_in(rng, k),
+                       prune=prune)
+    looped.append(float(loss))
+  q, u = params, steps.init_opt_state(spec, params, prune)
+  scanned = []
+  for first, stop in ((0, 3), (3, 5)):
+    q, u, losses = steps.train_steps(spec, q, u, jax.tree_util.tree_map(
+        lambda x, a=first, b=stop: x[a:b], batches), rng, np.int32(first),
+                                     prune=prune)
+    scanned += [float(x) for x in losses]
+  np.testing.assert_allclose(scanned, looped, rtol=1e-6)
+  assert len(set(looped)) == 5  # every step saw its own batch
+  for a, b in zip(jax.tree_util.tree_leaves((p, o)),
+                  jax.tree_util.tree_leaves((q, u))):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5,
+                               atol=1e-6)
+  kernel = q["backbone"]["encoder"]["layer_0"]["mlp"]["wi"]["kernel"]
+  zeros = float(np.mean(np.asarray(kernel) == 0))
+  assert zeros == (0.5 if prune else 0.0)  # the pruning ran inside
+
+
+@pytest.mark.parametrize("steps_", [1, 3, 64, 65, 100, 129, 300])
+def test_a_run_splits_its_steps_into_at_most_two_program_lengths(steps_):
+  most = finetune_run.CHUNK_STEPS
+  chunks = finetune_run._chunks(steps_, most)  # pylint: disable=protected-access
+  assert sum(chunks) == steps_
+  assert max(chunks) <= most
+  assert len(set(chunks)) <= 2 and max(chunks) - min(chunks) <= 1
+  assert len(chunks) == -(-steps_ // most)

@@ -82,9 +82,9 @@ def test_text_to_text_tasks_share_one_compiled_step(tok, topic):
   config = _config(tok, "t5")
   kw = dict(steps=2, splits=(), max_target_len=8, config=config)
   _run(tok, topic, "t5", None, "full", **kw)
-  compiled = finetune_steps.train_step._cache_size()
+  compiled = finetune_steps.train_steps._cache_size()
   _run(tok, keyword, "t5", None, "full", **kw)
-  assert finetune_steps.train_step._cache_size() == compiled
+  assert finetune_steps.train_steps._cache_size() == compiled
   other = finetune.make_spec("t5", config, keyword, steps=2)
   assert other == finetune.make_spec("t5", config, topic, steps=2)
 
@@ -124,22 +124,26 @@ def test_text_scores_map_exact_label_strings_only(topic):
 
 
 def _manual_label_log_prob(spec, params, tok, example, label):
-  """log p(label eos | inputs) of a T5 by one plain forward pass."""
+  """log p(label eos | inputs) of an encoder-decoder by one plain forward
+  pass."""
   ids = finetune_arrays.Ids.of(tok)
   enc = np.asarray([tok.encode(example["inputs"]) + [ids.eos]], np.int32)
   tgt = tok.encode(label) + [ids.eos]
   start = getattr(spec.config, "decoder_start_id", spec.config.pad_id)
   dec = np.asarray([[start] + tgt[:-1]], np.int32)
-  logits = models.get("t5").Model(spec.config).apply(
+  logits = models.get(spec.family).Model(spec.config).apply(
       {"params": params["backbone"]}, enc, dec)["logits"][0]
   logp = jax.nn.log_softmax(logits)
   return float(sum(logp[i, t] for i, t in enumerate(tgt))), len(tgt)
 
 
-def test_rank_classification_picks_the_most_likely_label(tok, topic):
+@pytest.mark.parametrize("family", ["t5", "bart"])
+def test_rank_classification_picks_the_most_likely_label(tok, topic, family):
+  """Scores over one encoding of each batch's inputs (5 examples in
+  batches of 4: one padded) equal whole forward passes, label by label."""
   from zoo.finetune import rank  # pylint: disable=import-outside-toplevel
-  config = _config(tok, "t5", dropout_rate=0.0)
-  spec = finetune.make_spec("t5", config, topic)
+  config = _config(tok, family, dropout_rate=0.0)
+  spec = finetune.make_spec(family, config, topic)
   params = finetune.init_params(spec, None, 16, jax.random.key(3))
   labels = ["animal", "vehicle", "a much longer label"]
   examples = topic.validation[:5]

@@ -17,9 +17,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zoo import models
 from zoo.finetune import arrays as arrays_lib
 from zoo.finetune import steps as step_lib
 from zoo.finetune.spec import Spec
+from zoo.models import masks
+
+
+def _target_sums(logits, targets, weights):
+  """Summed log-probs [B] of the targets [B,T] under logits [B,T,V] at
+  positions of weight 1, and their count [B]."""
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32))
+  pick = jnp.take_along_axis(logp, targets[..., None], -1)[..., 0]
+  return jnp.sum(pick * weights, -1), jnp.sum(weights, -1)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -29,22 +39,51 @@ def target_log_probs(spec: Spec, params, batch: dict):
   Returns:
     `(total float32 [B], count float32 [B])` over positions of weight 1.
   """
-  logits, targets, weights = step_lib.text_logits(spec, params, batch,
-                                                  deterministic=True)
-  logp = jax.nn.log_softmax(logits.astype(jnp.float32))
-  pick = jnp.take_along_axis(logp, targets[..., None], -1)[..., 0]
-  return jnp.sum(pick * weights, -1), jnp.sum(weights, -1)
+  return _target_sums(*step_lib.text_logits(spec, params, batch,
+                                            deterministic=True))
 
 
-def _row_scores(spec: Spec, params, arrays: dict, batch_size: int,
+@functools.partial(jax.jit, static_argnums=0)
+def encoded(spec: Spec, params, enc_tokens) -> jax.Array:
+  """[B,S,D]: an encoder-decoder's encoder states of enc_tokens [B,S]."""
+  model = models.get(spec.family).Model(spec.config)
+  return model.apply({"params": params["backbone"]}, enc_tokens,
+                     method="encode")["encoder_hidden"]
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def decoded_log_probs(spec: Spec, params, hidden, batch: dict):
+  """`target_log_probs` of an encoder-decoder batch over its inputs'
+  `encoded` states [B,S,D]: one encoding serves every label's targets."""
+  model = models.get(spec.family).Model(spec.config)
+  seg = masks.real_segments(batch["enc_tokens"], spec.config.pad_id, None)
+  logits = model.apply({"params": params["backbone"]}, batch["dec_tokens"],
+                       hidden, enc_segment_ids=seg, method="decode")["logits"]
+  return _target_sums(logits, batch["targets"], batch["weights"])
+
+
+def _scores(sums, length_norm: bool) -> np.ndarray:
+  """float32 [...]: summed log-probs, or their mean per target piece."""
+  total, count = jax.device_get(sums)
+  return total / np.maximum(count, 1.0) if length_norm else total
+
+
+def _row_scores(spec: Spec, params, columns: list[dict], batch_size: int,
                 length_norm: bool) -> np.ndarray:
-  """float32 [N]: each row's target score, in fixed-size batches."""
-  keys = [k for k in arrays if k != "prompt"]
+  """float32 [N, C]: each row's score in each column's arrays (one label's
+  targets each), in fixed-size batches; an encoder-decoder encodes each
+  batch of inputs once for all columns."""
+  keys = [k for k in columns[0] if k != "prompt"]
   out = []
-  for real, batch in arrays_lib.chunks(arrays, keys, batch_size):
-    total, count = jax.device_get(target_log_probs(spec, params, batch))
-    score = total / np.maximum(count, 1.0) if length_norm else total
-    out.append(score[:real])
+  for parts in zip(*(arrays_lib.chunks(a, keys, batch_size)
+                     for a in columns)):
+    real = parts[0][0]
+    if spec.interface == "encdec":
+      hidden = encoded(spec, params, parts[0][1]["enc_tokens"])
+      sums = [decoded_log_probs(spec, params, hidden, b) for _, b in parts]
+    else:
+      sums = [target_log_probs(spec, params, b) for _, b in parts]
+    out.append(np.stack([_scores(x, length_norm)[:real] for x in sums], 1))
   return np.concatenate(out)
 
 
@@ -63,13 +102,10 @@ def label_scores(spec: Spec, params, examples: list[dict], labels: list[str],
   if not spec.text_to_text:
     raise ValueError(f"rank classification scores text-to-text models; "
                      f"{spec.family} is an {spec.interface} with a head")
-  columns = []
-  for label in labels:
-    rows = [dict(ex, targets=label) for ex in examples]
-    arrays = arrays_lib.split_arrays(spec, rows, tokenizer, lengths)
-    columns.append(_row_scores(spec, params, arrays, batch_size,
-                               length_norm))
-  return np.stack(columns, axis=1)
+  columns = [arrays_lib.split_arrays(
+      spec, [dict(ex, targets=label) for ex in examples], tokenizer, lengths)
+             for label in labels]
+  return _row_scores(spec, params, columns, batch_size, length_norm)
 
 
 def rank_predictions(spec: Spec, params, examples: list[dict],

@@ -16,7 +16,8 @@ builds the backbone with bottleneck adapters (identity at the start),
 loads the pre-trained params around them and trains adapters and head;
 "scalar_mix" keeps the backbone frozen and lets the head read a learned
 softmax-weighted mix of all its layers. Every run is AdamW with linear
-warmup and decay over a fixed number of steps, on fixed-shape batches.
+warmup and decay over a fixed number of steps, on fixed-shape batches,
+up to `CHUNK_STEPS` steps to a compiled program.
 """
 
 import dataclasses
@@ -178,6 +179,19 @@ def placed(params, opt_state):
   return jax.device_put((params, opt_state), ckpt_lib.replicated(mesh))
 
 
+# The most steps one compiled program runs (`step_lib.train_steps`): a
+# run's stacked batches stay small however many steps it takes.
+CHUNK_STEPS = 64
+
+
+def _chunks(steps: int, most: int) -> list[int]:
+  """`steps` split into as few near-equal runs of at most `most` as fit:
+  at most two distinct lengths, so at most two compiled programs."""
+  count = -(-steps // most)
+  size, extra = divmod(steps, count)
+  return [size + 1] * extra + [size] * (count - extra)
+
+
 def _train(spec: Spec, params, arrays: dict, batch_size: int, seed: int,
            prune=None):
   """Runs `spec.steps` train steps; returns (params, losses)."""
@@ -190,15 +204,16 @@ def _train(spec: Spec, params, arrays: dict, batch_size: int, seed: int,
   params, opt_state = placed(params,
                              step_lib.init_opt_state(spec, params, prune))
   rng = jax.random.key(seed)
-  losses = []
-  for step in range(spec.steps):
-    rows = index[step * batch_size:(step + 1) * batch_size]
-    batch = {k: arrays[k][rows] for k in keys}
-    params, opt_state, loss = step_lib.train_step(
-        spec, params, opt_state, batch, jax.random.fold_in(rng, step),
-        prune=prune)
-    losses.append(loss)
-  return params, [float(x) for x in jax.device_get(losses)]
+  losses, first = [], 0
+  for count in _chunks(spec.steps, CHUNK_STEPS):
+    rows = index[first * batch_size:(first + count) * batch_size]
+    rows = rows.reshape(count, batch_size)
+    batches = {k: arrays[k][rows] for k in keys}
+    params, opt_state, chunk = step_lib.train_steps(
+        spec, params, opt_state, batches, rng, np.int32(first), prune=prune)
+    losses.append(chunk)
+    first += count
+  return params, [float(x) for x in np.concatenate(jax.device_get(losses))]
 
 
 def _quantized(spec: Spec, state: dict, arrays: dict, batch_size: int,

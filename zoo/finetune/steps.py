@@ -347,10 +347,10 @@ def init_opt_state(spec: Spec, params,
   return optimizer(spec, trainable(spec, params), prune, params).init(params)
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames="prune")
 def train_step(spec: Spec, params, opt_state, batch: dict, rng,
                prune: magnitude.Config | None = None):
-  """One AdamW step on a batch; returns (params, opt_state, loss).
+  """One AdamW step on a batch; returns (params, opt_state, loss). Traced
+  inside `train_steps`, which runs it over a stack of batches.
 
   Frozen params leave the step as they came in (no update is added, so
   they stay bitwise equal), and no gradient flows into them. `prune` (the
@@ -372,6 +372,33 @@ def train_step(spec: Spec, params, opt_state, batch: dict, rng,
   if spec.quant is not None:
     new[quant.STATS] = updated_stats(spec, params, batch, rng)
   return new, opt_state, loss
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames="prune")
+def train_steps(spec: Spec, params, opt_state, batches: dict, rng, first,
+                prune: magnitude.Config | None = None):
+  """K train steps in one program: `train_step` scanned over the batches.
+
+  Args:
+    batches: each of a batch's arrays stacked, [K, B, ...].
+    rng: the run's key; step `first + k` folds its index into it, as a
+      loop of single steps would.
+    first: int32 [] index of the first of these steps.
+
+  Returns:
+    (params, opt_state, losses float32 [K]).
+  """
+  def body(carry, xs):
+    batch, step = xs
+    p, o, loss = train_step(spec, *carry, batch,
+                            jax.random.fold_in(rng, step), prune)
+    return (p, o), loss
+
+  count = jax.tree_util.tree_leaves(batches)[0].shape[0]
+  steps = first + jnp.arange(count, dtype=jnp.int32)
+  (params, opt_state), losses = jax.lax.scan(body, (params, opt_state),
+                                             (batches, steps))
+  return params, opt_state, losses
 
 
 @functools.partial(jax.jit, static_argnums=0)
