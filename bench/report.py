@@ -384,13 +384,31 @@ def speech_section(r: dict) -> list[str]:
   return out + [""]
 
 
+def few_shot_speed_section(r: dict) -> list[str]:
+  """Markdown lines for one `few_shot_speed` record."""
+  out = [f"Every few-shot run of the demo's recipe ({r['runs']} per row: "
+         "tasks x seeds), pinned to one core as a demo worker runs: "
+         "`zoo.finetune` (the steps scanned in one program, an "
+         "encoder-decoder's inputs encoded once for every label) against "
+         "a loop of single jitted steps and a forward pass per label, "
+         f"in turns (median of {r['turns']} timed turns each), with the "
+         f"same predictions and losses. {machine_line(r['machine'])}", "",
+         "| row | reference s | zoo s | reference / zoo |",
+         "|---|---:|---:|---:|"]
+  for row, x in r["results"].items():
+    out.append(f"| {row} | {x['reference']:.1f} | {x['zoo']:.1f} | "
+               f"{x['ratio']:.2f} |")
+  return out + [""]
+
+
 _SECTIONS = {"train_step": train_step_section,
              "attention": attention_section, "depth": depth_section,
              "prune": prune_section, "quant": quant_section,
              "static_vs_gensim": static_section,
              "knowledge_probe": knowledge_probe_section,
              "pals": pals_section, "grover": grover_section,
-             "speech": speech_section}
+             "speech": speech_section,
+             "few_shot_speed": few_shot_speed_section}
 
 
 def section(records: list[dict]) -> str:

@@ -324,3 +324,17 @@ def test_speech_section_lists_every_row_and_view():
   assert "90.0 [89.0, 91.0] | -1.0 [-2.0, +1.0] |" in text
   assert ("| log-mel input | 64.0 [63.0, 65.0] | +6.0 [+5.0, +7.0]* |  |  |"
           in text)
+
+
+def test_few_shot_speed_record_renders_one_row_per_backbone():
+  record = {"bench": "few_shot_speed", "machine": MACHINE, "runs": 9,
+            "turns": 3, "results": {
+                "random_t5": {"reference": 21.9, "zoo": 16.5,
+                              "ratio": 21.9 / 16.5},
+                "random_bert": {"reference": 10.5, "zoo": 8.9,
+                                "ratio": 10.5 / 8.9}}}
+  text = report.section([record])
+  assert "`bench/few_shot_speed.py`" in text
+  assert "(9 per row: tasks x seeds)" in text
+  assert "| random_t5 | 21.9 | 16.5 | 1.33 |" in text
+  assert "| random_bert | 10.5 | 8.9 | 1.18 |" in text
