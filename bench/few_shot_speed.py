@@ -42,17 +42,13 @@ _one_step = jax.jit(ft_steps.train_step, static_argnums=0,
 
 def _looped(spec, params, arrays, batch_size, seed, prune=None):
   """The reference training loop: one jitted step per batch."""
-  keys = [k for k in arrays if k not in ("word_pos", "prompt")]
-  n = len(arrays[keys[0]])
-  order = np.random.default_rng(seed)
-  need = spec.steps * batch_size
-  index = np.concatenate([order.permutation(n)
-                          for _ in range(-(-need // n))])[:need]
+  keys = ft_run.train_keys(arrays)
+  index = ft_run.batch_rows(len(arrays[keys[0]]), spec.steps, batch_size,
+                            seed)
   params, opt = ft_run.placed(
       params, ft_steps.init_opt_state(spec, params, prune))
   rng, losses = jax.random.key(seed), []
-  for step in range(spec.steps):
-    rows = index[step * batch_size:(step + 1) * batch_size]
+  for step, rows in enumerate(index):
     params, opt, loss = _one_step(spec, params, opt,
                                   {k: arrays[k][rows] for k in keys},
                                   jax.random.fold_in(rng, step), prune=prune)

@@ -169,7 +169,7 @@ def _start(family, config, params, tasks, tokenizer, per_task, lengths,
 def _batches(arrays: dict, batch_size: int, seed: int):
   """task name -> an endless iterator of shuffled batches."""
   def stream(data, rng):
-    keys = [k for k in data if k not in ("word_pos", "prompt")]
+    keys = run_lib.train_keys(data)
     n, queue = len(data[keys[0]]), np.zeros(0, np.int64)
     while True:
       while len(queue) < batch_size:  # epoch after epoch, reshuffled

@@ -192,23 +192,32 @@ def _chunks(steps: int, most: int) -> list[int]:
   return [size + 1] * extra + [size] * (count - extra)
 
 
+def batch_rows(n: int, steps: int, batch_size: int, seed: int) -> np.ndarray:
+  """int [steps, batch_size]: the rows each step's batch reads, passes
+  over all n rows in an order drawn anew from `seed` for each pass."""
+  order = np.random.default_rng(seed)
+  need = steps * batch_size
+  index = np.concatenate([order.permutation(n)
+                          for _ in range(-(-need // n))])[:need]
+  return index.reshape(steps, batch_size)
+
+
+def train_keys(arrays: dict) -> list[str]:
+  """The keys of the arrays a train step reads."""
+  return [k for k in arrays if k not in ("word_pos", "prompt")]
+
+
 def _train(spec: Spec, params, arrays: dict, batch_size: int, seed: int,
            prune=None):
   """Runs `spec.steps` train steps; returns (params, losses)."""
-  keys = [k for k in arrays if k not in ("word_pos", "prompt")]
-  n = len(arrays[keys[0]])
-  order = np.random.default_rng(seed)
-  need = spec.steps * batch_size
-  index = np.concatenate([order.permutation(n)
-                          for _ in range(-(-need // n))])[:need]
+  keys = train_keys(arrays)
+  index = batch_rows(len(arrays[keys[0]]), spec.steps, batch_size, seed)
   params, opt_state = placed(params,
                              step_lib.init_opt_state(spec, params, prune))
   rng = jax.random.key(seed)
   losses, first = [], 0
   for count in _chunks(spec.steps, CHUNK_STEPS):
-    rows = index[first * batch_size:(first + count) * batch_size]
-    rows = rows.reshape(count, batch_size)
-    batches = {k: arrays[k][rows] for k in keys}
+    batches = {k: arrays[k][index[first:first + count]] for k in keys}
     params, opt_state, chunk = step_lib.train_steps(
         spec, params, opt_state, batches, rng, np.int32(first), prune=prune)
     losses.append(chunk)
