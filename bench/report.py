@@ -401,6 +401,27 @@ def few_shot_speed_section(r: dict) -> list[str]:
   return out + [""]
 
 
+def head_loss_section(r: dict) -> list[str]:
+  """Markdown lines for one `head_loss` record."""
+  where = ("pinned to one core as a demo worker runs" if r["core"] >= 0
+           else "on every core")
+  out = [f"The one trainer's step of GPT-2 {r['size']} under `clm`, batch "
+         f"{r['batch']} x {r['seq_len']} tokens, {where}: `head_chunk` = 0 "
+         "takes the whole [B, T, V] logits, C > 0 runs C positions at a "
+         "time through the head with the loss's gradient formed per chunk "
+         "(`objectives.head_loss`); the same first loss, then median of "
+         f"{r['steps']} timed steps each, in turns. "
+         f"{machine_line(r['machine'])}", "",
+         "| vocabulary | head_chunk | ms/step | whole / this |",
+         "|---:|---:|---:|---:|"]
+  for vocab, ms in sorted(r["results"].items(), key=lambda kv: int(kv[0]),
+                          reverse=True):
+    for chunk, t in sorted(ms.items(), key=lambda kv: int(kv[0])):
+      out.append(f"| {int(vocab):,} | {chunk} | {t:.1f} | "
+                 f"{ms['0'] / t:.2f} |")
+  return out + [""]
+
+
 _SECTIONS = {"train_step": train_step_section,
              "attention": attention_section, "depth": depth_section,
              "prune": prune_section, "quant": quant_section,
@@ -408,7 +429,8 @@ _SECTIONS = {"train_step": train_step_section,
              "knowledge_probe": knowledge_probe_section,
              "pals": pals_section, "grover": grover_section,
              "speech": speech_section,
-             "few_shot_speed": few_shot_speed_section}
+             "few_shot_speed": few_shot_speed_section,
+             "head_loss": head_loss_section}
 
 
 def section(records: list[dict]) -> str:

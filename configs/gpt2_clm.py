@@ -4,6 +4,7 @@
 """
 
 from configs import common
+from objectives import lm
 
 
 def get_config(arg: str | None = None):
@@ -11,4 +12,7 @@ def get_config(arg: str | None = None):
   c = common.base_config()
   c.model = "gpt2"
   c.objective = "clm"
+  # The head and loss C positions at a time (`objectives.head_loss`): the
+  # same loss, faster on CPU (`bench/head_loss.py`); 0 = the whole logits.
+  c.objective_args.head_chunk = lm.HEAD_CHUNK
   return common.finish(c, arg)

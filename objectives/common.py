@@ -29,6 +29,7 @@ import optax
 
 import objectives
 from data import batch as batch_lib
+from objectives import head_loss
 from objectives import noise as noise_lib
 from zoo import models
 
@@ -193,6 +194,10 @@ class Scheme(objectives.Objective):
   def __init__(self, model, size, specials, model_args=None, **options):
     self.family, self.size, self.specials = model, size, specials
     self.options = take_options(self.name, options, self.defaults)
+    chunk = self.options.get("head_chunk", 0)
+    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 0:
+      raise ValueError(f"objective {self.name!r}: head_chunk must be a "
+                       f"whole number of positions >= 0; got {chunk!r}")
     args = self.overrides_for(model)
     args.update(model_args or {})
     self.config, self.model = models.make(
@@ -251,6 +256,25 @@ class Scheme(objectives.Objective):
     args, kw = self.model_inputs(inputs)
     return self.apply(params, *args, rng=rng, deterministic=deterministic,
                       **kw)
+
+  @property
+  def fuses_head(self) -> bool:
+    """Whether `head_sums` runs the LM head through `head_loss`: option
+    `head_chunk` > 0 and a family with `lm_logits`. The model call then
+    asks for no logits (`return_logits=False`)."""
+    return (self.options.get("head_chunk", 0) > 0
+            and hasattr(self.model, "lm_logits"))
+
+  def head_sums(self, params, outputs, targets, weights):
+    """`token_sums` of the LM head at every position [B, T]: of
+    `outputs["logits"]`, or of the family's `lm_logits` over
+    `outputs["hidden"]` `head_chunk` positions at a time (`fuses_head`).
+    `params` are unboxed."""
+    if not self.fuses_head:
+      return token_sums(outputs["logits"], targets, weights)
+    head = lambda p, h: self.model.apply({"params": p}, h, method="lm_logits")
+    return head_loss.token_sums(head, params["model"], outputs["hidden"],
+                                targets, weights, self.options["head_chunk"])
 
   def loss(self, params, batch, rng, deterministic=False):
     """`(loss, metrics)` of one step; see the module docstring."""

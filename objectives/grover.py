@@ -31,7 +31,8 @@ class Grover(common.Scheme):
   """Next-token prediction over randomly laid-out article fields."""
   name = "grover"
   interfaces = ("decoder",)
-  defaults = {"rule": "paper", "drop": 0.1, "body_only": 0.35}
+  defaults = {"rule": "paper", "drop": 0.1, "body_only": 0.35,
+              "head_chunk": 0}
 
   def setup(self):
     if self.options["rule"] not in fields.RULES:
@@ -51,7 +52,7 @@ class Grover(common.Scheme):
                 doc_ids=doc_ids, field_ids=field_ids)
 
   def model_inputs(self, inputs):
-    return (inputs["tokens"],), lm.doc_inputs(inputs)
+    return (inputs["tokens"],), lm.lm_inputs(self, inputs)
 
   def score(self, params, inputs, outputs, rng, deterministic):
-    return lm.next_token_parts(inputs, outputs)
+    return lm.next_token_parts(self, params, inputs, outputs)

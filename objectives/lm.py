@@ -21,6 +21,13 @@ from objectives import segments
 from objectives import transforms
 from zoo.models import masks
 
+# Positions per pass through the LM head where a config turns on option
+# `head_chunk` of `clm` or `grover` (`configs/gpt2_clm.py`, the demo grid):
+# `bench/head_loss.py` times the step at 8, 16 and 32 against the whole
+# logits (0) on CPU, on the demo's tiny GPT-2 and at GPT-2 small. The
+# schemes default to 0: a TPU plan (`zoo.plan`) counts a loop's HBM traffic
+# once, and the chunked head is not measured on accelerators.
+HEAD_CHUNK = 16
 
 def doc_inputs(batch):
   """Model keywords of an uncorrupted packed row: segments and positions."""
@@ -34,11 +41,15 @@ class CausalLM(common.Scheme):
 
   Options: `memory` carries a Transformer-XL's segment memory across train
   steps (`init_carry`, `loss_carry`); `reset_memory_at_documents` lets a
-  query read only its own document's memory.
+  query read only its own document's memory; `head_chunk` > 0 positions
+  go through the LM head at a time, with the loss's gradient formed chunk
+  by chunk (`objectives.head_loss`, families with `lm_logits`; the same
+  loss to float rounding), 0 = the whole [B, T, V] logits at once.
   """
   name = "clm"
   interfaces = ("decoder", "encoder")
-  defaults = {"memory": False, "reset_memory_at_documents": True}
+  defaults = {"memory": False, "reset_memory_at_documents": True,
+              "head_chunk": 0}
   model_overrides = {"nsp_head": False}
 
   def setup(self):
@@ -72,21 +83,29 @@ class CausalLM(common.Scheme):
     return batch
 
   def model_inputs(self, inputs):
-    kw = doc_inputs(inputs)
-    if self.interface == "encoder":
-      kw["mask"] = masks.causal_mask(inputs["tokens"].shape[1])
-    return (inputs["tokens"],), kw
+    return (inputs["tokens"],), lm_inputs(self, inputs)
 
   def score(self, params, inputs, outputs, rng, deterministic):
-    return next_token_parts(inputs, outputs)
+    return next_token_parts(self, params, inputs, outputs)
 
 
-def next_token_parts(inputs, outputs):
+def lm_inputs(scheme, inputs):
+  """Model keywords of a next-token scheme on an uncorrupted row: documents,
+  a causal mask on an encoder, no logits where `scheme.fuses_head`."""
+  kw = doc_inputs(inputs)
+  if scheme.interface == "encoder":
+    kw["mask"] = masks.causal_mask(inputs["tokens"].shape[1])
+  if scheme.fuses_head:
+    kw["return_logits"] = False
+  return kw
+
+
+def next_token_parts(scheme, params, inputs, outputs):
   """{"lm": sums} of each position predicting the next token of its own
-  document (`doc_ids`)."""
+  document (`doc_ids`), through `scheme.head_sums`."""
   targets, weights = common.next_token_targets(inputs["tokens"],
                                                inputs["doc_ids"])
-  return {"lm": common.token_sums(outputs["logits"], targets, weights)}
+  return {"lm": scheme.head_sums(params, outputs, targets, weights)}
 
 
 @register

@@ -338,3 +338,18 @@ def test_few_shot_speed_record_renders_one_row_per_backbone():
   assert "(9 per row: tasks x seeds)" in text
   assert "| random_t5 | 21.9 | 16.5 | 1.33 |" in text
   assert "| random_bert | 10.5 | 8.9 | 1.18 |" in text
+
+
+def test_head_loss_record_renders_every_chunk_against_the_whole_logits():
+  record = {"bench": "head_loss", "machine": MACHINE, "size": "tiny",
+            "batch": 32, "seq_len": 128, "steps": 10, "core": 0,
+            "results": {"4000": {"0": 143.6, "16": 133.9, "8": 130.6},
+                        "512": {"0": 65.9, "8": 65.6, "16": 65.2}}}
+  text = report.section([record])
+  assert "`bench/head_loss.py`" in text
+  assert "pinned to one core" in text
+  rows = [line for line in text.splitlines() if line.startswith("| 4,000")]
+  assert rows == ["| 4,000 | 0 | 143.6 | 1.00 |",
+                  "| 4,000 | 8 | 130.6 | 1.10 |",
+                  "| 4,000 | 16 | 133.9 | 1.07 |"]
+  assert "| 512 | 16 | 65.2 | 1.01 |" in text

@@ -128,6 +128,11 @@ class Model(nn.Module):
     h = self.final_norm(h)
     out = {"hidden": h, "layers": (x,) + hs}
     if return_logits:
-      out["logits"] = self.token.attend(bert.gather_positions(h, logits_at))
+      out["logits"] = self.lm_logits(bert.gather_positions(h, logits_at))
     return out
+
+  def lm_logits(self, h: Array) -> Array:
+    """h [B, T, D] (after the final LayerNorm) -> [B, T, V] float32 through
+    the tied head."""
+    return self.token.attend(h)
 
