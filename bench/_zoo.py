@@ -28,6 +28,11 @@ SPECS = {
 }
 
 
+def objective_of(name: str) -> str:
+  """The scheme benchmark `name` trains (its config file's)."""
+  return importlib.import_module(SPECS[name][0]).get_config(None).objective
+
+
 def speed_args(name: str, attention_impl: str = "auto",
                scan_layers: bool = False, attention_dropout: bool = True
                ) -> dict[str, Any]:

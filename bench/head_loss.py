@@ -1,13 +1,16 @@
-"""The causal LM's head and loss chunk by chunk against whole logits.
+"""An LM head and its loss chunk by chunk against the whole logits.
 
-    python bench/head_loss.py [--vocabs 4000,512] [--chunks 0,8,16,32]
-        [--size tiny] [--batch 32] [--seq_len 128] [--steps 10] [--core 0]
+    python bench/head_loss.py [--model gpt2-small] [--vocabs 4000,512]
+        [--chunks 0,8,16,32] [--size tiny] [--batch 32] [--seq_len 128]
+        [--steps 10] [--core 0]
 
-The one trainer's step (`_zoo.build`) of GPT-2 (`--size`) under `clm`, once per
-value of the scheme's `head_chunk` option: 0 takes the whole [B, T, V]
-logits, C > 0 runs C positions at a time through the head with the loss's
-gradient formed per chunk (`objectives.head_loss`). Vocabularies: the
-demo grid's (4,000 pieces) and `bench/train_step.py --size tiny`'s (512).
+The one trainer's step (`_zoo.build`) of a benchmark model of
+`bench/_zoo.py` (`--model`: GPT-2 under `clm`, T5 under `t5_span`, BART
+is not one) at `--size`, once per value of its scheme's `head_chunk`
+option: 0 takes the whole [B, T, V] logits, C > 0 runs C positions at a
+time through the head with the loss's gradient formed per chunk
+(`objectives.head_loss`). Vocabularies: the demo grid's (4,000 pieces)
+and `bench/train_step.py --size tiny`'s (512).
 Pinned to one core (`--core`, -1 = all), as a demo worker runs. The
 first step of every variant starts from the same params on the same batch
 and must give the same loss, to float rounding; the steps are then timed
@@ -26,8 +29,8 @@ import numpy as np
 
 def variant(vocab: int, chunk: int, args):
   """(`step_fn` that runs one donated step and blocks, the first step's
-  loss) of GPT-2 under `clm` with `head_chunk=chunk`."""
-  config = _zoo.make_config("gpt2-small", "float32", args.batch,
+  loss) of `args.model` with `head_chunk=chunk`."""
+  config = _zoo.make_config(args.model, "float32", args.batch,
                             args.seq_len, args.size, vocab_size=vocab)
   config.objective_args.head_chunk = chunk
   run = _zoo.build(config)
@@ -57,6 +60,7 @@ def measure(vocab: int, chunks: list[int], args) -> dict[str, float]:
 
 def main():
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--model", default="gpt2-small", choices=sorted(_zoo.SPECS))
   p.add_argument("--vocabs", default="4000,512")
   p.add_argument("--chunks", default="0,8,16,32")
   p.add_argument("--size", default="tiny")
@@ -79,7 +83,9 @@ def main():
     print(f"vocab {vocab}: " + ", ".join(
         f"head_chunk={c} {ms[str(c)]:.1f} ms" for c in chunks), flush=True)
   _common.emit_json("head_loss", {
-      "machine": _common.machine(), "size": args.size, "batch": args.batch,
+      "machine": _common.machine(), "model": args.model,
+      "objective": _zoo.objective_of(args.model), "size": args.size,
+      "batch": args.batch,
       "seq_len": args.seq_len, "steps": args.steps, "core": args.core,
       "results": results, "ratios": ratios})
   print("whole / chunked:", ratios)

@@ -237,8 +237,11 @@ class Scheme(objectives.Objective):
     return params
 
   def init_model(self, rng, inputs):
-    """Hook: the model's boxed params (default: from `model_inputs`)."""
+    """Hook: the model's boxed params (default: from `model_inputs`, the
+    LM head's included where `fuses_head` runs it outside the call)."""
     args, kw = self.model_inputs(inputs)
+    if self.fuses_head:
+      kw.pop("return_logits", None)
     return self.model.init({"params": rng, "dropout": rng}, *args,
                            deterministic=True, **kw)["params"]
 

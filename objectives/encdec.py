@@ -47,12 +47,6 @@ def encdec_inputs(config, enc, dec):
   return (enc["tokens"], dec_in), kw
 
 
-def decoder_sums(outputs, dec):
-  """Token sums of decoder logits `[B, T, V]` against a target stream."""
-  return common.token_sums(outputs["logits"], dec["tokens"],
-                           dec["segment_ids"] > 0)
-
-
 def original(batch, length):
   """The uncorrupted row as a stream (the reconstruction target)."""
   doc = batch["doc_ids"]
@@ -109,16 +103,22 @@ class Denoiser(common.Scheme):
     return dict(batch, mask=mask, enc=enc, dec=dec)
 
   def model_inputs(self, inputs):
-    return encdec_inputs(self.config, inputs["enc"], inputs["dec"])
+    args, kw = encdec_inputs(self.config, inputs["enc"], inputs["dec"])
+    if self.fuses_head:
+      kw["return_logits"] = False
+    return args, kw
 
   def score(self, params, inputs, outputs, rng, deterministic):
-    return {"lm": decoder_sums(outputs, inputs["dec"])}
+    dec = inputs["dec"]
+    return {"lm": self.head_sums(params, outputs, dec["tokens"],
+                                 dec["segment_ids"] > 0)}
 
 
 def denoiser(name, noise, inputs, targets, doc="", scoring=None,
              **defaults):
   """Registers scheme `name`: `noise`, `inputs`, `targets` and the option
-  defaults (`target_length` 0, the budget, is added); `scoring` names how
+  defaults (`target_length` 0, the budget, and `head_chunk` 0, the whole
+  decoder logits, as `clm`'s, are added); `scoring` names how
   `zoo.scoring` reads a sentence in this scheme's format (None: the
   family's default). Returns its class."""
   cls = type(name, (Denoiser,), {
@@ -128,5 +128,5 @@ def denoiser(name, noise, inputs, targets, doc="", scoring=None,
       "__module__": sys._getframe(1).f_globals.get("__name__", __name__),  # pylint: disable=protected-access
       "noise": staticmethod(noise), "inputs": staticmethod(inputs),
       "targets": staticmethod(targets),
-      "defaults": dict(defaults, target_length=0)})
+      "defaults": dict(defaults, target_length=0, head_chunk=0)})
   return register(cls)

@@ -62,6 +62,7 @@ class Bart(encdec.Denoiser):
       # Mean infilled span length: 3 in the paper (Lewis et al. 2020,
       # section 2.2); the fairseq release's pre-training recipe uses 3.5.
       "poisson_lambda": 3.0,
+      "head_chunk": 0,  # as every denoiser's (`encdec.denoiser`)
   }
 
   def setup(self):

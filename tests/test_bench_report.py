@@ -353,3 +353,14 @@ def test_head_loss_record_renders_every_chunk_against_the_whole_logits():
                   "| 4,000 | 8 | 130.6 | 1.10 |",
                   "| 4,000 | 16 | 133.9 | 1.07 |"]
   assert "| 512 | 16 | 65.2 | 1.01 |" in text
+
+
+def test_head_loss_record_names_its_model_and_scheme():
+  record = {"bench": "head_loss", "machine": MACHINE, "model": "t5-small",
+            "objective": "t5_span", "size": "tiny", "batch": 32,
+            "seq_len": 128, "steps": 8, "core": -1,
+            "results": {"4000": {"0": 154.5, "8": 147.4}}}
+  text = report.section([record])
+  assert "step of T5 tiny under `t5_span`, batch 32 x 128 tokens, on every" \
+      in text
+  assert "| 4,000 | 8 | 147.4 | 1.05 |" in text

@@ -5,10 +5,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from objectives import common
 from objectives import head_loss
 from tests import objective_checks as testing
+from zoo import sharding
+from zoo import train_lib
+from zoo.plan import hlo
 
 
 def _head(params, h):
@@ -56,20 +61,27 @@ def test_a_chunk_must_hold_a_position():
     head_loss.token_sums(_head, params, hidden, targets, weights, 0)
 
 
-def test_clm_through_the_chunked_head_trains_as_the_whole_logits():
+# T5 with its own head (v1.1) and with the tied, scaled one (the original).
+TIED = {"tie_embeddings": True, "scale_logits": True}
+
+
+@pytest.mark.parametrize("name,family,args", [
+    ("clm", "gpt2", {}), ("t5_span", "t5", {}), ("t5_span", "t5", TIED),
+    ("bart", "bart", {})])
+def test_the_chunked_head_trains_as_the_whole_logits(name, family, args):
   batch = testing.tiny_batch(seq_len=45)
   runs = {}
   for chunk in (0, 16):
-    obj = testing.build("clm", "gpt2", head_chunk=chunk)
+    obj = testing.build(name, family, head_chunk=chunk, model_args=args)
     params = obj.init(jax.random.key(0), batch)
-    loss = lambda p: obj.loss(p, batch, jax.random.key(1))
+    loss = lambda p, o=obj: o.loss(p, batch, jax.random.key(1))
     runs[chunk] = (obj, jax.jit(jax.value_and_grad(loss, has_aux=True))(
         params))
   fused, whole = runs[16][0], runs[0][0]
   assert fused.fuses_head and not whole.fuses_head
   params = common.nn.meta.unbox(fused.init(jax.random.key(0), batch))
-  out = fused.run(params, common.as_batch(batch), None, True)
-  assert "logits" not in out  # the model was not asked for them
+  inputs = fused.corrupt(common.as_batch(batch), jax.random.key(2))
+  assert "logits" not in fused.run(params, inputs, None, True)
   (l0, m0), g0 = runs[0][1]
   (l1, m1), g1 = runs[16][1]
   np.testing.assert_allclose(l1, l0, rtol=1e-6)
@@ -88,3 +100,24 @@ def test_a_family_without_lm_logits_takes_the_whole_logits():
 def test_head_chunk_must_be_a_whole_number(bad):
   with pytest.raises(ValueError, match="head_chunk"):
     testing.build("clm", "gpt2", head_chunk=bad)
+
+
+@pytest.mark.slow
+def test_a_data_parallel_step_through_the_chunked_head_moves_no_rows():
+  """The chunks split positions, never rows: on a mesh sharding the rows,
+  the only collective is the gradient's all-reduce."""
+  obj = testing.build("clm", "gpt2", head_chunk=16)
+  mesh = sharding.make_mesh({"data": -1})
+  batch = testing.batch_for("gpt2", seq_len=32,
+                            batch_size=len(jax.devices()))
+  params = obj.init(jax.random.key(0), batch)
+  rows = jax.tree.map(
+      lambda x: NamedSharding(mesh, P("data", *[None] * (np.ndim(x) - 1))),
+      batch)
+  step = jax.jit(lambda p, b: train_lib.accumulated_grads(
+      obj, p, b, jax.random.key(3), 1, mesh, sharding.DEFAULT_RULES),
+                 in_shardings=(None, rows))
+  with sharding.activate(mesh, sharding.DEFAULT_RULES):
+    compiled = step.lower(params, batch).compile()
+  assert len(jax.devices()) > 1
+  assert set(hlo.collectives(compiled.as_text())) == {"all-reduce"}

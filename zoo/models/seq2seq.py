@@ -75,7 +75,8 @@ class EncoderDecoder(nn.Module):
              enc_positions: Array | None = None,
              dec_positions: Array | None = None,
              dec_mask: Array | None = None,
-             deterministic: bool = True) -> dict[str, Array]:
+             deterministic: bool = True,
+             return_logits: bool = True) -> dict[str, Array]:
     """Encodes, then decodes with teacher forcing.
 
     Args:
@@ -87,10 +88,12 @@ class EncoderDecoder(nn.Module):
       enc_positions, dec_positions: int32 [B,S], [B,T]; None = arange.
       dec_mask: bool [B,T,T] extra decoder self-attention mask.
       deterministic: no dropout when True.
+      return_logits: compute "logits" with the LM head.
 
     Returns:
-      "logits" [B,T,V], "hidden" [B,T,D], "layers" L+1 x [B,T,D] (decoder),
-      "encoder_hidden" [B,S,D], "encoder_layers" L+1 x [B,S,D]; float32.
+      "logits" [B,T,V] (if return_logits), "hidden" [B,T,D], "layers" L+1
+      x [B,T,D] (decoder), "encoder_hidden" [B,S,D], "encoder_layers" L+1
+      x [B,S,D]; float32.
     """
     enc = self.encode(enc_tokens, enc_segment_ids=enc_segment_ids,
                       enc_positions=enc_positions, deterministic=deterministic)
@@ -99,7 +102,8 @@ class EncoderDecoder(nn.Module):
     out = self.decode(dec_tokens, enc["encoder_hidden"],
                       enc_segment_ids=enc_seg, dec_segment_ids=dec_segment_ids,
                       dec_positions=dec_positions, dec_mask=dec_mask,
-                      deterministic=deterministic)
+                      deterministic=deterministic,
+                      return_logits=return_logits)
     return dict(out, **enc)
 
   def encode(self, enc_tokens: Array, *, enc_segment_ids: Array | None = None,
@@ -120,22 +124,28 @@ class EncoderDecoder(nn.Module):
              dec_segment_ids: Array | None = None,
              dec_positions: Array | None = None,
              dec_mask: Array | None = None,
-             deterministic: bool = True) -> dict[str, Array]:
+             deterministic: bool = True,
+             return_logits: bool = True) -> dict[str, Array]:
     """Decoder pass over given encoder states.
 
     Args:
       dec_tokens: int32 [B,T].
       encoder_hidden: float [B,S,D].
       enc_segment_ids: int32 [B,S], 0 = padding; None = no padding.
-      dec_segment_ids, dec_positions, dec_mask: as in `encdec`.
+      dec_segment_ids, dec_positions, dec_mask, return_logits: as in
+        `encdec`.
       deterministic: no dropout when True.
 
     Returns:
-      "logits" [B,T,V], "hidden" [B,T,D], "layers" L+1 x [B,T,D].
+      "logits" [B,T,V] (if return_logits), "hidden" [B,T,D], "layers" L+1
+      x [B,T,D].
     """
     pos, self_mask, cross = decoder_inputs(
         dec_tokens, encoder_hidden, enc_segment_ids, dec_segment_ids,
         dec_positions, dec_mask)
     h, hs = self.decoder(self._embed(dec_tokens), pos, self_mask,
                          encoder_hidden, cross, deterministic=deterministic)
-    return {"logits": self.lm_logits(h), "hidden": h, "layers": hs}
+    out = {"hidden": h, "layers": hs}
+    if return_logits:
+      out["logits"] = self.lm_logits(h)
+    return out
