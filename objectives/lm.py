@@ -29,6 +29,7 @@ from zoo.models import masks
 # once, and the chunked head is not measured on accelerators.
 HEAD_CHUNK = 16
 
+
 def doc_inputs(batch):
   """Model keywords of an uncorrupted packed row: segments and positions."""
   return {"segment_ids": batch["doc_ids"],

@@ -72,7 +72,10 @@ def relative_codes(length: int, keys: int, features: int,
   distance = jnp.arange(keys, low - 1, -1, dtype=jnp.float32)
   if clamp_len > 0:
     distance = jnp.clip(distance, -clamp_len, clamp_len)
-  return layers.sinusoidal(distance[None], features)[0]
+  # The same on every row: left to itself, the partitioner split R over a
+  # data-parallel mesh and gathered it back in every layer.
+  return nn.with_logical_constraint(
+      layers.sinusoidal(distance[None], features)[0], ("positions", None))
 
 
 def relative_index(positions: Array, num_mems: int, num_codes: int) -> Array:
