@@ -11,13 +11,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import objectives
 from objectives import common
 from data.synthetic import SyntheticLoader
 from configs.compare import family as family_lib
 from zoo import models
+from zoo import sharding
+from zoo import train_lib
 from zoo.models import static
+from zoo.plan import hlo
 
 VOCAB = 512
 SPECIALS = objectives.Specials(vocab_size=VOCAB)
@@ -98,6 +103,23 @@ def sweep_family(name: str) -> str:
   if name in family_lib.TEACHER_SCHEMES:
     return "bert"
   return family_lib.family_of(name)
+
+
+def data_parallel_collectives(obj) -> set[str]:
+  """The collectives of `obj`'s gradient step compiled on a mesh that
+  shards a batch's rows over every device (one row each)."""
+  mesh = sharding.make_mesh({"data": -1})
+  batch = batch_for(obj.family, seq_len=32, batch_size=len(jax.devices()))
+  params = obj.init(jax.random.key(0), batch)
+  rows = jax.tree.map(
+      lambda x: NamedSharding(mesh, P("data", *[None] * (np.ndim(x) - 1))),
+      batch)
+  step = jax.jit(lambda p, b: train_lib.accumulated_grads(
+      obj, p, b, jax.random.key(3), 1, mesh, sharding.DEFAULT_RULES),
+                 in_shardings=(None, rows))
+  with sharding.activate(mesh, sharding.DEFAULT_RULES):
+    compiled = step.lower(params, batch).compile()
+  return set(hlo.collectives(compiled.as_text()))
 
 
 def build_for_sweep(name):

@@ -9,17 +9,10 @@ devices than on one). Schemes that read other rows by design are named
 below, with what they read.
 """
 
-import jax
-import numpy as np
 import pytest
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from tests import lanes
 from tests import objective_checks as testing
-from zoo import sharding
-from zoo import train_lib
-from zoo.plan import hlo
 
 pytestmark = pytest.mark.slow  # a compile per scheme: not the quick lane
 
@@ -37,19 +30,7 @@ ACROSS_ROWS = {
                                             family=testing.sweep_family))
 def test_a_data_parallel_step_moves_no_rows(name):
   obj = testing.build_for_sweep(name)
-  mesh = sharding.make_mesh({"data": -1})
-  batch = testing.batch_for(obj.family, seq_len=32,
-                            batch_size=len(jax.devices()))
-  params = obj.init(jax.random.key(0), batch)
-  rows = jax.tree.map(
-      lambda x: NamedSharding(mesh, P("data", *[None] * (np.ndim(x) - 1))),
-      batch)
-  step = jax.jit(lambda p, b: train_lib.accumulated_grads(
-      obj, p, b, jax.random.key(3), 1, mesh, sharding.DEFAULT_RULES),
-                 in_shardings=(None, rows))
-  with sharding.activate(mesh, sharding.DEFAULT_RULES):
-    compiled = step.lower(params, batch).compile()
-  moved = set(hlo.collectives(compiled.as_text())) - {"all-reduce"}
+  moved = testing.data_parallel_collectives(obj) - {"all-reduce"}
   assert bool(moved) == (name in ACROSS_ROWS), (
       f"{name} moves rows between devices ({sorted(moved)})"
       if moved else f"{name} is listed in ACROSS_ROWS but reads no other row")
