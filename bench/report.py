@@ -405,10 +405,9 @@ def head_loss_section(r: dict) -> list[str]:
   """Markdown lines for one `head_loss` record."""
   where = ("pinned to one core as a demo worker runs" if r["core"] >= 0
            else "on every core")
-  family = r.get("model", "gpt2-small").split("-")[0]
-  name = {"gpt2": "GPT-2", "t5": "T5", "bert": "BERT"}[family]
+  name = {"gpt2": "GPT-2", "t5": "T5"}[r["model"].split("-")[0]]
   out = [f"The one trainer's step of {name} {r['size']} under "
-         f"`{r.get('objective', 'clm')}`, batch "
+         f"`{r['objective']}`, batch "
          f"{r['batch']} x {r['seq_len']} tokens, {where}: `head_chunk` = 0 "
          "takes the whole [B, T, V] logits, C > 0 runs C positions at a "
          "time through the head with the loss's gradient formed per chunk "

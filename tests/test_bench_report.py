@@ -341,7 +341,8 @@ def test_few_shot_speed_record_renders_one_row_per_backbone():
 
 
 def test_head_loss_record_renders_every_chunk_against_the_whole_logits():
-  record = {"bench": "head_loss", "machine": MACHINE, "size": "tiny",
+  record = {"bench": "head_loss", "machine": MACHINE, "model": "gpt2-small",
+            "objective": "clm", "size": "tiny",
             "batch": 32, "seq_len": 128, "steps": 10, "core": 0,
             "results": {"4000": {"0": 143.6, "16": 133.9, "8": 130.6},
                         "512": {"0": 65.9, "8": 65.6, "16": 65.2}}}
