@@ -9,7 +9,8 @@ pinned to one core as a demo worker runs, two ways in turns:
 - `zoo`: what `zoo.finetune` runs: the train steps scanned in one
   compiled program per run of up to 64 steps (`steps.train_steps`), and
   rank classification that encodes each batch of an encoder-decoder's
-  inputs once for all its label strings;
+  inputs once for all its label strings, and reads a decoder's prompt
+  once with every label after it (`rank.shared_log_probs`);
 - `reference`: one jitted train step per batch from a Python loop, and
   one whole forward pass per label string.
 Both must give the same predictions and losses (checked on every turn).
@@ -71,12 +72,13 @@ def _per_label(spec, params, columns, batch_size, length_norm):
 @contextlib.contextmanager
 def reference():
   """`zoo.finetune` with the reference loop and label scoring."""
-  saved = ft_run._train, rank._row_scores  # pylint: disable=protected-access
+  saved = ft_run._train, rank._row_scores, rank._shares_prompt  # pylint: disable=protected-access
   ft_run._train, rank._row_scores = _looped, _per_label  # pylint: disable=protected-access
+  rank._shares_prompt = lambda spec: False  # pylint: disable=protected-access
   try:
     yield
   finally:
-    ft_run._train, rank._row_scores = saved  # pylint: disable=protected-access
+    ft_run._train, rank._row_scores, rank._shares_prompt = saved  # pylint: disable=protected-access
 
 
 def _row(grid, inputs, cell, turns: int) -> dict:

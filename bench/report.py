@@ -389,7 +389,8 @@ def few_shot_speed_section(r: dict) -> list[str]:
   out = [f"Every few-shot run of the demo's recipe ({r['runs']} per row: "
          "tasks x seeds), pinned to one core as a demo worker runs: "
          "`zoo.finetune` (the steps scanned in one program, an "
-         "encoder-decoder's inputs encoded once for every label) against "
+         "encoder-decoder's inputs encoded once for every label, a "
+         "decoder's prompt read once with every label after it) against "
          "a loop of single jitted steps and a forward pass per label, "
          f"in turns (median of {r['turns']} timed turns each), with the "
          f"same predictions and losses. {machine_line(r['machine'])}", "",

@@ -163,6 +163,61 @@ def test_rank_classification_picks_the_most_likely_label(tok, topic, family):
   assert preds.tolist() == np.argmax(scores, 1).tolist()
 
 
+def _decoder_label_log_prob(spec, params, tok, example, label, lengths):
+  """log p(label eos | inputs [sep]) of a decoder by one plain forward pass
+  of its own row, as `decoder_arrays` truncates it."""
+  ids = finetune_arrays.Ids.of(tok)
+  prompt_len = lengths["inputs"] - lengths["targets"]
+  prompt = tok.encode(example["inputs"])[:prompt_len - 1] + [ids.sep]
+  tgt = tok.encode(label)[:lengths["targets"] - 1] + [ids.eos]
+  row = np.asarray([prompt + tgt], np.int32)
+  logits = models.get(spec.family).Model(spec.config).apply(
+      {"params": params["backbone"]}, row)["logits"][0]
+  logp = jax.nn.log_softmax(logits)
+  return (float(sum(logp[len(prompt) - 1 + i, t] for i, t in enumerate(tgt))),
+          len(tgt))
+
+
+def test_a_decoder_ranks_every_label_after_one_copy_of_the_prompt(
+    tok, topic, monkeypatch):
+  """GPT-2's label scores from rows of one prompt and a block per label
+  (5 examples in batches of 4: one padded; a label cut at T pieces) equal
+  a plain forward pass of each label's own row, and the rows per label
+  that a decoder without an attention mask runs."""
+  from zoo.finetune import rank  # pylint: disable=import-outside-toplevel
+  config = _config(tok, "gpt2", dropout_rate=0.0, attention_dropout_rate=0.0)
+  spec = finetune.make_spec("gpt2", config, topic)
+  params = finetune.init_params(spec, None, 24, jax.random.key(5))
+  labels = ["animal", "vehicle", "a much longer label than eight pieces can "
+            "hold at all"]
+  examples = topic.validation[:5]
+  lengths = {"inputs": 24, "targets": 8}
+  arrays = finetune_arrays.shared_prompt_arrays(
+      examples, labels, tok, prompt_len=16, targets_len=8)
+  assert arrays["targets"].shape == (5, 3, 8)  # the cut label is L = T
+  assert arrays["tokens"].shape == (5, 16 + 3 * 7)
+  calls, shared = [], rank.shared_log_probs
+  monkeypatch.setattr(rank, "shared_log_probs",
+                      lambda *a: calls.append(1) or shared(*a))
+  summed = rank.label_scores(spec, params, examples, labels, tok, lengths,
+                             batch_size=4, length_norm=False)
+  scores = rank.label_scores(spec, params, examples, labels, tok, lengths,
+                             batch_size=4)
+  assert len(calls) == 4  # two batches, twice: the shared rows ran
+  for i, ex in enumerate(examples):
+    for c, label in enumerate(labels):
+      total, count = _decoder_label_log_prob(spec, params, tok, ex, label,
+                                             lengths)
+      np.testing.assert_allclose(summed[i, c], total, rtol=1e-4, atol=1e-4)
+      np.testing.assert_allclose(scores[i, c], total / count, rtol=1e-4,
+                                 atol=1e-4)
+  monkeypatch.setattr(rank, "_shares_prompt", lambda _: False)
+  per_label = rank.label_scores(spec, params, examples, labels, tok,
+                                lengths, batch_size=4)
+  assert len(calls) == 4
+  np.testing.assert_allclose(per_label, scores, rtol=1e-5, atol=1e-5)
+
+
 def test_text_to_text_class_tasks_are_ranked_unless_asked_to_generate(
     tok, topic):
   kw = dict(max_len=24, max_target_len=8, steps=5,

@@ -45,6 +45,14 @@ def test_causal_prefix_and_seq2seq_masks():
   np.testing.assert_array_equal(offset, [[1, 1, 1, 0], [1, 1, 1, 1]])
 
 
+def test_branch_mask_shares_the_prefix_and_keeps_branches_apart():
+  m = np.asarray(masks.branch_mask(jnp.array([[0, 0, 1, 1, 2, 2]])))[0]
+  np.testing.assert_array_equal(m[:, :2], np.ones((6, 2), bool))  # prefix
+  np.testing.assert_array_equal(m[:2, 2:], np.zeros((2, 4), bool))
+  assert m[2:4, 2:4].all() and m[4:, 4:].all()  # a branch sees itself
+  assert not m[2:4, 4:].any() and not m[4:, 2:4].any()  # not the others
+
+
 def test_combine_masks():
   a = jnp.array([[[True, False], [True, True]]])
   b = jnp.array([[[True, True], [False, True]]])

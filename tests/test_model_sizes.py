@@ -8,6 +8,7 @@ weights materialised).
 """
 
 import functools
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +49,16 @@ def _update(obj, batch, params, rng):
 
 def test_every_family_has_a_scheme():
   assert set(SCHEME) >= set(models.families())
+
+
+def test_families_flagged_for_attention_masks_take_them():
+  """`models.takes_attention_mask`: the family's call takes `mask` and
+  `positions`, which rank classification's shared-prompt rows need."""
+  flagged = [f for f in models.families() if models.takes_attention_mask(f)]
+  assert "gpt2" in flagged and "awd_lstm" not in flagged
+  for f in flagged:
+    params = inspect.signature(models.get(f).Model.__call__).parameters
+    assert {"mask", "positions"} <= set(params), f
 
 
 # The large sizes' traces take seconds each; the slow lane compiles them.

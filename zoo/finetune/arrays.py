@@ -256,6 +256,69 @@ def decoder_arrays(examples: list[dict], tokenizer, *, prompt_len: int,
                                         len(prompts), targets_len)}
 
 
+def shared_prompt_arrays(examples: list[dict], labels: list[str], tokenizer,
+                         *, prompt_len: int,
+                         targets_len: int) -> dict[str, np.ndarray]:
+  """One row per example for scoring every label string after one copy of
+  its prompt (`zoo.finetune.rank`): `inputs [sep]`, then one block of W =
+  L - 1 slots per label holding its pieces (all but the closing eos, which
+  is only a target), each block's positions continuing from the prompt's
+  end, as in the label's own `decoder_arrays` row. L is the longest
+  label's `targets eos` (at most T), so a row holds no slot that no
+  label fills.
+
+  Args:
+    examples, tokenizer: as `decoder_arrays`.
+    labels: the C label strings.
+    prompt_len, targets_len: P and T of `decoder_arrays`.
+
+  Returns:
+    "tokens", "segment_ids" (1 on real ids), "positions", "blocks" (0 on
+    the prompt, c + 1 on label c's block) int32 [N, P + C W];
+    "logits_at" int32 [N, C L] (label c's L positions: the prompt's last,
+    then its block's slots), "targets" int32 [N, C, L] (`targets eos`)
+    and "weights" float32 [N, C, L] (1 on them).
+  """
+  ids = Ids.of(tokenizer)
+  tgt = [y[:targets_len - 1] + [ids.eos] for y in tokenizer.encode_batch(
+      labels)]
+  prompts = _prompts(examples, tokenizer, ids, prompt_len)
+  n, c, span = len(prompts), len(tgt), max(map(len, tgt))
+  tail = _label_blocks(tgt, span - 1, ids.pad)
+  ends = np.asarray([len(p) for p in prompts], np.int32)[:, None]  # [N, 1]
+  head = {"tokens": _fill(prompts, prompt_len, ids.pad),
+          "segment_ids": _fill([[1] * len(p) for p in prompts], prompt_len,
+                               0),
+          "blocks": np.zeros((n, prompt_len), np.int32)}
+  head["positions"] = head["segment_ids"] * np.arange(prompt_len)
+  tail["positions"] = (ends + tail.pop("offset")) * tail["segment_ids"]
+  out = {k: np.concatenate([v, np.broadcast_to(tail[k], (n, c * (span - 1)))],
+                           1).astype(np.int32) for k, v in head.items()}
+  slots = prompt_len + np.arange(c * (span - 1)).reshape(c, span - 1)
+  at = np.concatenate([np.broadcast_to(ends[:, :, None] - 1, (n, c, 1)),
+                       np.broadcast_to(slots, (n, c, span - 1))], 2)
+  out["logits_at"] = at.reshape(n, c * span).astype(np.int32)
+  out["targets"] = np.broadcast_to(_fill(tgt, span, ids.pad),
+                                   (n, c, span)).copy()
+  out["weights"] = np.broadcast_to(
+      _fill([[1] * len(y) for y in tgt], span, 0),
+      (n, c, span)).astype(np.float32)
+  return out
+
+
+def _label_blocks(tgt: list[list[int]], width: int, pad: int) -> dict:
+  """The label blocks that end every row of `shared_prompt_arrays`, each
+  label's `targets eos` less its eos in `width` slots: int32 [C W]
+  "tokens", "segment_ids" (1 on pieces), "blocks" (c + 1 on label c's)
+  and "offset" (a slot's distance from its block's start)."""
+  return {"tokens": _fill([y[:-1] for y in tgt], width, pad).reshape(-1),
+          "segment_ids": _fill([[1] * (len(y) - 1) for y in tgt], width,
+                               0).reshape(-1),
+          "blocks": np.repeat(np.arange(1, len(tgt) + 1, dtype=np.int32),
+                              width),
+          "offset": np.tile(np.arange(width, dtype=np.int32), len(tgt))}
+
+
 def chunks(arrays: dict, keys, batch_size: int):
   """Fixed-size batches over all rows; the last is padded with row 0."""
   n = len(arrays[keys[0]])

@@ -8,7 +8,18 @@ wins (as T0 and lm-evaluation-harness score classification). With
 target piece, eos included (T-Few's normalisation), so labels of more
 pieces are not penalised for their length; without it, the sum.
 
-Letters: N examples, C labels, B batch, T target length.
+An encoder-decoder encodes each batch of inputs once for every label. A
+decoder whose family takes an attention mask (`models.takes_attention_mask`)
+reads each prompt once too: a row holds the prompt, then one block per
+label (`arrays.shared_prompt_arrays`), each block attending to the prompt
+and to itself only (`masks.branch_mask`), at the positions its label's own
+row would give it.
+Its program is shaped by the task's label count and longest label
+(compiled once per task, shared by every seed and every row of the same
+config). Other decoders run one row per label.
+
+Letters: N examples, C labels, B batch, T target length, L label length,
+R row length.
 """
 
 import functools
@@ -62,6 +73,26 @@ def decoded_log_probs(spec: Spec, params, hidden, batch: dict):
   return _target_sums(logits, batch["targets"], batch["weights"])
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def shared_log_probs(spec: Spec, params, batch: dict):
+  """Summed log-probs of every label's targets in a batch of
+  `arrays.shared_prompt_arrays` rows, and their count.
+
+  Returns:
+    `(total float32 [B, C], count float32 [B, C])` over positions of
+    weight 1.
+  """
+  model = models.get(spec.family).Model(spec.config)
+  logits = model.apply({"params": params["backbone"]}, batch["tokens"],
+                       segment_ids=batch["segment_ids"],
+                       positions=batch["positions"],
+                       mask=masks.branch_mask(batch["blocks"]),
+                       logits_at=batch["logits_at"])["logits"]
+  b, k, t = batch["targets"].shape
+  return _target_sums(logits.reshape(b, k, t, -1), batch["targets"],
+                      batch["weights"])
+
+
 def _scores(sums, length_norm: bool) -> np.ndarray:
   """float32 [...]: summed log-probs, or their mean per target piece."""
   total, count = jax.device_get(sums)
@@ -87,6 +118,26 @@ def _row_scores(spec: Spec, params, columns: list[dict], batch_size: int,
   return np.concatenate(out)
 
 
+def _shares_prompt(spec: Spec) -> bool:
+  """Whether a decoder reads every label string after one copy of the
+  prompt (`shared_log_probs`)."""
+  return (spec.interface == "decoder"
+          and models.takes_attention_mask(spec.family))
+
+
+def _shared_scores(spec: Spec, params, examples: list[dict],
+                   labels: list[str], tokenizer, lengths: dict,
+                   batch_size: int, length_norm: bool) -> np.ndarray:
+  """float32 [N, C]: `label_scores` of a decoder that shares its prompt."""
+  arrays = arrays_lib.shared_prompt_arrays(
+      examples, labels, tokenizer,
+      prompt_len=lengths["inputs"] - lengths["targets"],
+      targets_len=lengths["targets"])
+  out = [_scores(shared_log_probs(spec, params, b), length_norm)[:real]
+         for real, b in arrays_lib.chunks(arrays, list(arrays), batch_size)]
+  return np.concatenate(out)
+
+
 def label_scores(spec: Spec, params, examples: list[dict], labels: list[str],
                  tokenizer, lengths: dict, *, batch_size: int = 32,
                  length_norm: bool = True) -> np.ndarray:
@@ -102,6 +153,9 @@ def label_scores(spec: Spec, params, examples: list[dict], labels: list[str],
   if not spec.text_to_text:
     raise ValueError(f"rank classification scores text-to-text models; "
                      f"{spec.family} is an {spec.interface} with a head")
+  if _shares_prompt(spec):
+    return _shared_scores(spec, params, examples, labels, tokenizer, lengths,
+                          batch_size, length_norm)
   columns = [arrays_lib.split_arrays(
       spec, [dict(ex, targets=label) for ex in examples], tokenizer, lengths)
              for label in labels]

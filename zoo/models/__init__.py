@@ -89,6 +89,14 @@ def reads_sentences(family: str, config=None) -> bool:
               and getattr(config, "sentence_reading", True))
 
 
+def takes_attention_mask(family: str) -> bool:
+  """Whether the family's Model takes an extra attention `mask` [B, T, T]
+  (AND-ed with its own) and explicit `positions` (a family module's
+  `ATTENTION_MASK = True`): a decoder that does scores every label string
+  after one copy of a prompt (`zoo.finetune.rank`)."""
+  return bool(getattr(get(family), "ATTENTION_MASK", False))
+
+
 # Stacks this deep run their layers as one scan unless `scan_layers` is
 # set: one layer's program to compile instead of L (an unrolled 24-layer
 # step compiles for minutes), the same params stacked on a `layers` axis.

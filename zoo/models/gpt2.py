@@ -20,6 +20,9 @@ from zoo.models import masks
 
 Array = jax.Array
 INTERFACE = "decoder"
+# `__call__` takes an extra attention `mask` and `positions`
+# (`models.takes_attention_mask`).
+ATTENTION_MASK = True
 
 
 @dataclasses.dataclass(frozen=True)

@@ -118,6 +118,22 @@ def prefix_from_lengths(prefix_lengths: Array, length: int) -> Array:
   return jnp.arange(length)[None, :] < prefix_lengths[:, None]
 
 
+def branch_mask(branches: Array) -> Array:
+  """One shared prefix and private branches in a row: a key of the prefix
+  (branch 0) is seen by every query, a key of branch b > 0 by branch b's
+  queries only (e.g. every label string after one copy of a prompt,
+  `zoo.finetune.rank`). AND the result with the causal and segment masks.
+
+  Args:
+    branches: [B, T] int, 0 on the shared prefix, b > 0 on branch b.
+
+  Returns:
+    [B, T, T] bool.
+  """
+  keys = branches[:, None, :]
+  return (keys == 0) | (keys == branches[:, :, None])
+
+
 BIDIRECTIONAL, LEFT_TO_RIGHT, RIGHT_TO_LEFT, SEQ2SEQ = 0, 1, 2, 3
 
 
