@@ -17,6 +17,7 @@ an unreadable checkpoint. Nothing here unpickles.
 import contextlib
 import gc
 import json
+import logging
 import os
 import sys
 import time
@@ -217,14 +218,14 @@ def restore_params(workdir: str, step: int | None = None):
         "killed before its first save leaves none); train longer or point "
         "at another workdir")
   errors = []
-  with _abandoned_reads_quieted() as settle:
+  with _abandoned_reads_quieted() as failed:
     for s in sorted(steps, reverse=True):
       try:
         state, _ = restore_replicated(workdir, s, local_mesh())
         return state["params"], s
       except Exception as e:  # pylint: disable=broad-except
         errors.append(f"step {s}: {type(e).__name__}: {str(e)[:300]}")
-      settle()
+      failed(os.path.join(os.path.abspath(workdir), "checkpoints", str(s)))
       warnings.warn(f"checkpoint {s} of {workdir} is unreadable "
                     f"({errors[-1]}); trying the previous complete checkpoint")
   raise ValueError(f"no checkpoint of {workdir} could be restored:\n"
@@ -244,35 +245,70 @@ def _abandoned_read(unraisable) -> bool:
   return False
 
 
-@contextlib.contextmanager
-def _abandoned_reads_quieted(settle_s: float = 0.5, limit_s: float = 10.0):
-  """Yields `settle()`, to call after a failed restore; drops its noise.
+class _ReportedReads(logging.Filter):
+  """Drops asyncio's "exception was never retrieved" records whose error
+  names a checkpoint directory that a warning already reported."""
 
-  One unreadable shard fails Orbax's gathered reads and closes their event
-  loop while the other reads are still pending. Each of those would print
-  a traceback whenever its TensorStore read completes or the collector
-  frees it, long after the warning that named the checkpoint. Inside this
-  context those errors (`_abandoned_read`) are dropped and every other
-  unraisable error goes to the hook as usual; `settle()` collects until
-  `settle_s` passes without one (at most `limit_s`).
-  """
-  hook, dropped = sys.unraisablehook, []
+  def __init__(self):
+    super().__init__()
+    self.dirs: list[str] = []
 
+  def filter(self, record: logging.LogRecord) -> bool:
+    error = record.exc_info[1] if record.exc_info else None
+    return not (error is not None and "never retrieved" in record.getMessage()
+                and any(d in str(error) for d in self.dirs))
+
+
+_QUIET: dict[str, Any] = {"dropped": 0}
+
+
+def _drop_abandoned(wrapped):
+  """An unraisable hook dropping `_abandoned_read` errors (counted in
+  `_QUIET`), passing every other one to `wrapped`."""
   def drop(unraisable):
     if _abandoned_read(unraisable):
-      dropped.append(unraisable.exc_type)
+      _QUIET["dropped"] += 1
     else:
-      hook(unraisable)
+      wrapped(unraisable)
+  drop.drops_abandoned_reads = True
+  return drop
 
-  def settle():
+
+@contextlib.contextmanager
+def _abandoned_reads_quieted(settle_s: float = 0.5, limit_s: float = 10.0):
+  """Yields `failed(step_dir)`, to call after a failed restore.
+
+  One unreadable shard fails Orbax's gathered reads and closes their event
+  loop while the other reads are still pending. Each would print a
+  traceback whenever its TensorStore read completes or the collector
+  frees it, and asyncio logs each failed read's future as "never
+  retrieved", long after the warning that named the checkpoint. Inside
+  this context the unraisable hook drops those errors (`_abandoned_read`;
+  every other one reaches the hook it wraps). After a failed restore the
+  hook stays, since a read abandoned then may be freed at any later
+  collection, and the `asyncio` logger drops records of reads from the
+  reported directory; `failed` then collects until `settle_s` passes
+  without such an error (at most `limit_s`).
+  """
+  previous = sys.unraisablehook
+  if not getattr(previous, "drops_abandoned_reads", False):  # not twice
+    sys.unraisablehook = _drop_abandoned(previous)
+  failures = []
+
+  def failed(step_dir: str) -> None:
+    failures.append(step_dir)
+    if "log" not in _QUIET:
+      _QUIET["log"] = _ReportedReads()
+      logging.getLogger("asyncio").addFilter(_QUIET["log"])
+    _QUIET["log"].dirs.append(step_dir)
     seen, deadline = -1, time.monotonic() + limit_s
-    while len(dropped) != seen and time.monotonic() < deadline:
-      seen = len(dropped)
+    while _QUIET["dropped"] != seen and time.monotonic() < deadline:
+      seen = _QUIET["dropped"]
       gc.collect()
       time.sleep(settle_s)
 
-  sys.unraisablehook = drop
   try:
-    yield settle
+    yield failed
   finally:
-    sys.unraisablehook = hook
+    if not failures:
+      sys.unraisablehook = previous
